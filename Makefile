@@ -1,0 +1,35 @@
+# Mediator. `make help` lists the targets; `make dev` and `make test` are the two that matter.
+SHELL := /bin/bash
+GO ?= go
+LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
+FUNCTIONS := submit query nodes result cancel reap migrate
+
+.PHONY: help dev test migrate build lint clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:$${PORT:-3000}, the reaper ticking
+	$(LOCAL) serve
+
+test: ## every test, against a throwaway PostgreSQL (or DATABASE_URL)
+	@status=0; $(GO) test -count=1 -timeout 20m ./... || status=$$?; \
+	$(LOCAL) stop test >/dev/null 2>&1 || true; exit $$status
+
+migrate: ## apply the migrations to the local database (the migrate function's code)
+	$(LOCAL) migrate
+
+build: ## build every function's bootstrap for this machine into bin/<function>/bootstrap
+	@for f in $(FUNCTIONS); do \
+		CGO_ENABLED=0 $(GO) build -tags lambda.norpc -o bin/$$f/bootstrap ./functions/$$f || exit 1; \
+	done
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+clean: ## stop local clusters, remove their data and the build output
+	-$(LOCAL) stop dev
+	-$(LOCAL) stop test
+	rm -rf .localdev bin .aws-sam

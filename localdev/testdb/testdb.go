@@ -1,0 +1,199 @@
+// Package testdb gives every test a database of its own: a fresh clone of a migrated template
+// (CREATE DATABASE … TEMPLATE …), so tests run in parallel and never see each other's rows.
+//
+// It finds PostgreSQL exactly as `make dev` does (localpg): DATABASE_URL, or a cluster started
+// from the installed server binaries under .localdev/pg-test. No database is a test failure
+// that says how to get one, never a skip.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"mediator/localdev/localpg"
+	"mediator/migrations"
+	"mediator/shared/store"
+)
+
+// Settings make the throwaway test cluster fast; durability is not what tests measure.
+var clusterSettings = []string{"fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=500"}
+
+var (
+	once     sync.Once
+	server   *localpg.Server
+	template string
+	setupErr error
+)
+
+// URL creates a fresh, migrated database for this test and drops it when the test ends.
+func URL(t testing.TB) string {
+	t.Helper()
+	once.Do(func() { setupErr = setup() })
+	if setupErr != nil {
+		t.Fatalf("testdb: no PostgreSQL for the tests: %v\n"+
+			"Run the tests with `make test` on a machine with the PostgreSQL server installed "+
+			"(Debian/Ubuntu: apt-get install postgresql), or set DATABASE_URL to a server where you may CREATE DATABASE.", setupErr)
+	}
+	name := "test_" + randomHex(8)
+	ctx := context.Background()
+	if err := admin(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template))
+		return err
+	}); err != nil {
+		t.Fatalf("testdb: create the test database: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = admin(context.Background(), func(c *pgx.Conn) error {
+			_, err := c.Exec(context.Background(), fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
+			return err
+		})
+	})
+	return withDatabase(server.URL, name)
+}
+
+// Server is the administrative URL of the test server (database postgres), for tests that
+// need to act on it directly (pg_terminate_backend).
+func Server(t testing.TB) string {
+	t.Helper()
+	URL(t)
+	return server.URL
+}
+
+func setup() error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	server, err = localpg.Ensure(ctx, localpg.Options{
+		Dir:      filepath.Join(root, ".localdev", "pg-test"),
+		Settings: clusterSettings,
+	})
+	if err != nil {
+		return err
+	}
+	template, err = ensureTemplate(ctx)
+	return err
+}
+
+// ensureTemplate builds the template for the current migrations once per schema: its name
+// carries a hash of the migration files, and it is built under a private name and renamed,
+// so parallel test binaries never clone a half-migrated template.
+func ensureTemplate(ctx context.Context) (string, error) {
+	name := "tpl_" + schemaHash()
+	var exists bool
+	if err := admin(ctx, func(c *pgx.Conn) error {
+		return c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists)
+	}); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	building := name + "_" + randomHex(4)
+	if err := admin(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `CREATE DATABASE `+building)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	pool, err := store.Connect(ctx, store.PoolParams{URL: withDatabase(server.URL, building), AppName: "testdb"})
+	if err != nil {
+		return "", err
+	}
+	_, err = store.Migrate(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return "", err
+	}
+	err = admin(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s RENAME TO %s`, building, name))
+		return err
+	})
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42P04" { // duplicate_database: another binary won
+		_ = admin(ctx, func(c *pgx.Conn) error {
+			_, err := c.Exec(ctx, `DROP DATABASE IF EXISTS `+building)
+			return err
+		})
+		return name, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	// Nobody connects to a template: a connection would make every clone fail.
+	return name, admin(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s WITH ALLOW_CONNECTIONS false`, name))
+		return err
+	})
+}
+
+func admin(ctx context.Context, fn func(*pgx.Conn) error) error {
+	c, err := pgx.Connect(ctx, server.URL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	return fn(c)
+}
+
+func schemaHash() string {
+	h := sha256.New()
+	_ = fs.WalkDir(migrations.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := migrations.FS.ReadFile(p)
+		h.Write([]byte(p))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+func withDatabase(raw, name string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testdb: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,26 @@
+// Package migrations holds Mediator's schema as golang-migrate files, embedded so that the
+// migrate function, `make migrate`, `make dev` and the test harness all apply the same bytes.
+package migrations
+
+import (
+	"embed"
+	"fmt"
+)
+
+// FS is every NNNN_name.up.sql / .down.sql file of this folder.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// Latest is the version of the newest migration: the schema this build expects.
+func Latest() uint {
+	entries, _ := FS.ReadDir(".")
+	var latest uint
+	for _, e := range entries {
+		var v uint
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &v); err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest
+}

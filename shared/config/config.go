@@ -1,0 +1,159 @@
+// Package config reads Mediator's settings (SPEC.md §8) from the environment once, at init,
+// and refuses a bad value with one line that names the variable.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting a function needs. Derived values are methods, never settings of
+// their own, so they cannot disagree with what they derive from.
+type Config struct {
+	LeaseTTL        time.Duration // LEASE_TTL_SECONDS
+	MaxRunWidth     int           // MAX_RUN_WIDTH
+	MaxBodyBytes    int           // MAX_BODY_BYTES
+	Starvation      time.Duration // STARVATION_SECONDS
+	NodeRetireAfter time.Duration // NODE_RETIRE_AFTER_SECONDS
+	LogLevel        slog.Level    // LOG_LEVEL
+	Database        Database
+}
+
+// Database says where the database is and how to reach it. Exactly one of URL, SecretARN and
+// IAMAuth names the credentials.
+type Database struct {
+	URL       string // DATABASE_URL
+	SecretARN string // DB_SECRET_ARN: a Secrets Manager secret in the RDS JSON shape
+	IAMAuth   bool   // DB_IAM_AUTH: a fresh RDS IAM token for every new connection
+	Host      string // DB_HOST (the RDS Proxy endpoint in AWS)
+	Port      int    // DB_PORT
+	User      string // DB_USER
+	Name      string // DB_NAME
+	Region    string // AWS_REGION, for IAM tokens
+
+	MaxConns         int32         // DB_MAX_CONNS: one per Lambda environment
+	StatementTimeout time.Duration // DB_STATEMENT_TIMEOUT_MS
+	IdleInTxTimeout  time.Duration // DB_IDLE_IN_TX_TIMEOUT_MS
+}
+
+// HeartbeatEvery is how often a node should heartbeat: three chances per lease.
+func (c Config) HeartbeatEvery() time.Duration { return c.LeaseTTL / 3 }
+
+// AdvertTTL is how long a node's advert stays live without a heartbeat.
+func (c Config) AdvertTTL() time.Duration { return c.LeaseTTL }
+
+// CancelGrace is how long a cancel waits for nodes to acknowledge before the reaper settles it.
+func (c Config) CancelGrace() time.Duration { return c.LeaseTTL }
+
+// Load reads the settings through getenv (os.Getenv in a function, a map in a test).
+func Load(getenv func(string) string) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{
+		LeaseTTL:        r.seconds("LEASE_TTL_SECONDS", 60, 3, 86400),
+		MaxRunWidth:     r.integer("MAX_RUN_WIDTH", 16, 1, 64),
+		MaxBodyBytes:    r.integer("MAX_BODY_BYTES", 262144, 1024, 6*1024*1024),
+		Starvation:      r.seconds("STARVATION_SECONDS", 600, 1, 7*86400),
+		NodeRetireAfter: r.seconds("NODE_RETIRE_AFTER_SECONDS", 86400, 60, 365*86400),
+		LogLevel:        r.level("LOG_LEVEL"),
+		Database: Database{
+			URL:              r.text("DATABASE_URL"),
+			SecretARN:        r.text("DB_SECRET_ARN"),
+			IAMAuth:          r.boolean("DB_IAM_AUTH"),
+			Host:             r.text("DB_HOST"),
+			Port:             r.integer("DB_PORT", 5432, 1, 65535),
+			User:             r.text("DB_USER"),
+			Name:             r.text("DB_NAME"),
+			Region:           r.text("AWS_REGION"),
+			MaxConns:         int32(r.integer("DB_MAX_CONNS", 1, 1, 1000)),
+			StatementTimeout: r.millis("DB_STATEMENT_TIMEOUT_MS", 5000),
+			IdleInTxTimeout:  r.millis("DB_IDLE_IN_TX_TIMEOUT_MS", 10000),
+		},
+	}
+	if r.err != nil {
+		return Config{}, r.err
+	}
+	if err := c.Database.check(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (d Database) check() error {
+	sources := 0
+	for _, set := range []bool{d.URL != "", d.SecretARN != "", d.IAMAuth} {
+		if set {
+			sources++
+		}
+	}
+	switch {
+	case sources == 0:
+		return fmt.Errorf("config: DATABASE_URL is not set (nor DB_SECRET_ARN, nor DB_IAM_AUTH=true with DB_HOST, DB_USER and DB_NAME)")
+	case sources > 1:
+		return fmt.Errorf("config: DATABASE_URL, DB_SECRET_ARN and DB_IAM_AUTH are alternatives; set only one")
+	case d.IAMAuth && (d.Host == "" || d.User == "" || d.Name == "" || d.Region == ""):
+		return fmt.Errorf("config: DB_IAM_AUTH=true needs DB_HOST, DB_USER, DB_NAME and AWS_REGION")
+	}
+	return nil
+}
+
+// reader keeps the first error so Load reads like a list of settings.
+type reader struct {
+	getenv func(string) string
+	err    error
+}
+
+func (r *reader) text(name string) string { return strings.TrimSpace(r.getenv(name)) }
+
+func (r *reader) fail(name, want, got string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("config: %s must be %s, got %q", name, want, got)
+	}
+}
+
+func (r *reader) integer(name string, def, lo, hi int) int {
+	raw := r.text(name)
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < lo || n > hi {
+		r.fail(name, fmt.Sprintf("a whole number from %d to %d", lo, hi), raw)
+		return def
+	}
+	return n
+}
+
+func (r *reader) seconds(name string, def, lo, hi int) time.Duration {
+	return time.Duration(r.integer(name, def, lo, hi)) * time.Second
+}
+
+func (r *reader) millis(name string, def int) time.Duration {
+	return time.Duration(r.integer(name, def, 100, 15*60*1000)) * time.Millisecond
+}
+
+func (r *reader) boolean(name string) bool {
+	raw := r.text(name)
+	if raw == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		r.fail(name, "true or false", raw)
+	}
+	return b
+}
+
+func (r *reader) level(name string) slog.Level {
+	raw := r.text(name)
+	if raw == "" {
+		return slog.LevelInfo
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(raw)); err != nil {
+		r.fail(name, "one of debug, info, warn, error", raw)
+	}
+	return l
+}

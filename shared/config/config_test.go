@@ -1,0 +1,79 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"mediator/shared/config"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestDefaultsAndDerivedValues(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LeaseTTL != 60*time.Second || c.MaxRunWidth != 16 || c.MaxBodyBytes != 262144 ||
+		c.Starvation != 600*time.Second || c.NodeRetireAfter != 86400*time.Second || c.Database.MaxConns != 1 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	c, err = config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "LEASE_TTL_SECONDS": "90"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HeartbeatEvery() != 30*time.Second || c.AdvertTTL() != 90*time.Second || c.CancelGrace() != 90*time.Second {
+		t.Fatalf("derived from a 90s lease: heartbeat %v, advert %v, grace %v", c.HeartbeatEvery(), c.AdvertTTL(), c.CancelGrace())
+	}
+}
+
+// A bad value stops start-up with one line that names the variable.
+func TestBadValueNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	cases := map[string]map[string]string{
+		"LEASE_TTL_SECONDS":         {"LEASE_TTL_SECONDS": "0"},
+		"MAX_RUN_WIDTH":             {"MAX_RUN_WIDTH": "wide"},
+		"MAX_BODY_BYTES":            {"MAX_BODY_BYTES": "-1"},
+		"STARVATION_SECONDS":        {"STARVATION_SECONDS": "1.5"},
+		"NODE_RETIRE_AFTER_SECONDS": {"NODE_RETIRE_AFTER_SECONDS": "0"},
+		"DB_IAM_AUTH":               {"DB_IAM_AUTH": "maybe"},
+		"LOG_LEVEL":                 {"LOG_LEVEL": "loud"},
+	}
+	for name, kv := range cases {
+		kv["DATABASE_URL"] = "postgres://x/y"
+		_, err := config.Load(env(kv))
+		if err == nil {
+			t.Errorf("%s=%q accepted", name, kv[name])
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, name) || strings.Contains(msg, "\n") {
+			t.Errorf("%s: want one line naming it, got %q", name, msg)
+		}
+	}
+	if _, err := config.Load(env(map[string]string{"LEASE_TTL_SECONDS": "abc", "DATABASE_URL": "x"})); err == nil ||
+		!strings.Contains(err.Error(), "LEASE_TTL_SECONDS") {
+		t.Errorf("a non-number lease TTL: %v", err)
+	}
+}
+
+func TestDatabaseSource(t *testing.T) {
+	t.Parallel()
+	if _, err := config.Load(env(nil)); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("no database: %v", err)
+	}
+	if _, err := config.Load(env(map[string]string{"DATABASE_URL": "x", "DB_SECRET_ARN": "arn"})); err == nil {
+		t.Error("two sources accepted")
+	}
+	if _, err := config.Load(env(map[string]string{"DB_IAM_AUTH": "true", "DB_HOST": "h"})); err == nil ||
+		!strings.Contains(err.Error(), "DB_USER") {
+		t.Errorf("IAM auth without user and name: %v", err)
+	}
+	c, err := config.Load(env(map[string]string{"DB_IAM_AUTH": "true", "DB_HOST": "h", "DB_USER": "u", "DB_NAME": "n", "AWS_REGION": "eu-west-1"}))
+	if err != nil || !c.Database.IAMAuth || c.Database.Port != 5432 {
+		t.Errorf("IAM auth: %+v, %v", c.Database, err)
+	}
+}

@@ -1,0 +1,86 @@
+// Package problem is Mediator's error body: RFC 9457 application/problem+json, with the field
+// paths of everything wrong with a request. One table maps each problem code to its status.
+//
+// A problem never carries SQL, a constraint name, a stack or a file path: its detail is written
+// here or by a handler for the client, never copied from an error.
+package problem
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Codes, each with one status and title.
+const (
+	InvalidRequest       = "invalid_request"
+	Unauthenticated      = "unauthenticated"
+	Forbidden            = "forbidden"
+	NotFound             = "not_found"
+	MethodNotAllowed     = "method_not_allowed"
+	RunIDConflict        = "run_id_conflict"
+	StaleAssignment      = "stale_assignment"
+	NotRunnable          = "not_runnable"
+	ResultConflict       = "result_conflict"
+	RunNotLive           = "run_not_live"
+	PayloadTooLarge      = "payload_too_large"
+	UnsupportedMediaType = "unsupported_media_type"
+	Internal             = "internal"
+	Unavailable          = "unavailable"
+)
+
+var table = map[string]struct {
+	status int
+	title  string
+}{
+	InvalidRequest:       {http.StatusBadRequest, "The request is not valid"},
+	Unauthenticated:      {http.StatusUnauthorized, "No credentials were presented"},
+	Forbidden:            {http.StatusForbidden, "Not allowed for this principal"},
+	NotFound:             {http.StatusNotFound, "Not found"},
+	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
+	RunIDConflict:        {http.StatusConflict, "The run_id is already used by a different request"},
+	StaleAssignment:      {http.StatusConflict, "The step is no longer assigned to this node under this lease"},
+	NotRunnable:          {http.StatusConflict, "The step cannot start yet"},
+	ResultConflict:       {http.StatusConflict, "The step already has a different final result"},
+	RunNotLive:           {http.StatusConflict, "The run has already finished"},
+	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "The request is too large"},
+	UnsupportedMediaType: {http.StatusUnsupportedMediaType, "The body must be JSON"},
+	Internal:             {http.StatusInternalServerError, "Something went wrong on our side"},
+	Unavailable:          {http.StatusServiceUnavailable, "The service is unavailable; try again"},
+}
+
+// FieldError is one thing wrong with a request, at a JSON path ("steps[2].after[0]").
+type FieldError struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// Problem is the error body.
+type Problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail,omitempty"`
+	Code      string       `json:"code"`
+	RequestID string       `json:"request_id,omitempty"`
+	Errors    []FieldError `json:"errors,omitempty"`
+	// Run is carried by run_not_live, so a client learns how its run ended.
+	Run any `json:"run,omitempty"`
+}
+
+// New is the problem for code, with a detail for the client.
+func New(code, detail string) *Problem {
+	t, ok := table[code]
+	if !ok {
+		t, code = table[Internal], Internal
+	}
+	return &Problem{Type: "/problems/" + code, Title: t.title, Status: t.status, Detail: detail, Code: code}
+}
+
+// Invalid is a 400 listing every problem found.
+func Invalid(errs []FieldError) *Problem {
+	p := New(InvalidRequest, fmt.Sprintf("%d problem(s) with the request; see errors", len(errs)))
+	p.Errors = errs
+	return p
+}
+
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }

@@ -1,0 +1,262 @@
+// Package request decodes and validates every request body Mediator accepts. A body is parsed
+// into a tree first — refusing duplicate keys, trailing data, NUL characters, numbers that do
+// not fit a double and absurd nesting, none of which encoding/json refuses — and then read
+// field by field, so a 400 lists every problem with its path instead of the first one.
+package request
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"mediator/shared/problem"
+)
+
+// maxDepth bounds nesting anywhere in a body: PostgreSQL's jsonb parser recurses, and a body
+// a thousand levels deep is not a spec anyone meant to send.
+const maxDepth = 32
+
+// parse reads one JSON document. A syntax problem is reported at the document's root path,
+// with the byte offset, because there is no field to blame yet.
+func parse(body []byte) (any, []problem.FieldError) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	v, err := parseValue(dec, "", 0)
+	if err != nil {
+		return nil, []problem.FieldError{err.field()}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, []problem.FieldError{{Path: "", Message: "unexpected data after the JSON document"}}
+	}
+	return v, nil
+}
+
+type parseError struct {
+	path, msg string
+}
+
+func (e *parseError) field() problem.FieldError { return problem.FieldError{Path: e.path, Message: e.msg} }
+
+func parseValue(dec *json.Decoder, path string, depth int) (any, *parseError) {
+	if depth > maxDepth {
+		return nil, &parseError{path, fmt.Sprintf("nested deeper than %d levels", maxDepth)}
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, syntaxError(path, dec, err)
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '{' {
+			return parseObject(dec, path, depth)
+		}
+		if t == '[' {
+			return parseArray(dec, path, depth)
+		}
+		return nil, &parseError{path, "malformed JSON"}
+	case string:
+		if strings.ContainsRune(t, 0) {
+			return nil, &parseError{path, "must not contain NUL characters"}
+		}
+		return t, nil
+	case json.Number:
+		if f, err := strconv.ParseFloat(string(t), 64); err != nil || math.IsInf(f, 0) {
+			return nil, &parseError{path, "number out of range"}
+		}
+		return t, nil
+	default: // bool, nil
+		return t, nil
+	}
+}
+
+func parseObject(dec *json.Decoder, path string, depth int) (any, *parseError) {
+	m := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, syntaxError(path, dec, err)
+		}
+		key, _ := tok.(string)
+		kp := join(path, key)
+		if strings.ContainsRune(key, 0) {
+			return nil, &parseError{path, "a key must not contain NUL characters"}
+		}
+		if _, dup := m[key]; dup {
+			return nil, &parseError{kp, "duplicate key"}
+		}
+		v, perr := parseValue(dec, kp, depth+1)
+		if perr != nil {
+			return nil, perr
+		}
+		m[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, syntaxError(path, dec, err)
+	}
+	return m, nil
+}
+
+func parseArray(dec *json.Decoder, path string, depth int) (any, *parseError) {
+	var a []any
+	for dec.More() {
+		v, perr := parseValue(dec, fmt.Sprintf("%s[%d]", path, len(a)), depth+1)
+		if perr != nil {
+			return nil, perr
+		}
+		a = append(a, v)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, syntaxError(path, dec, err)
+	}
+	if a == nil {
+		a = []any{}
+	}
+	return a, nil
+}
+
+func syntaxError(path string, dec *json.Decoder, err error) *parseError {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &parseError{path, "the JSON ends too early"}
+	}
+	return &parseError{path, fmt.Sprintf("malformed JSON near byte %d", dec.InputOffset())}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// object reads the fields of one JSON object, collecting problems by path. done() reports
+// the fields nobody asked for: unknown fields are refused, not ignored.
+type object struct {
+	path string
+	m    map[string]any
+	errs *[]problem.FieldError
+	read map[string]bool
+}
+
+func newObject(v any, path string, errs *[]problem.FieldError) *object {
+	m, ok := v.(map[string]any)
+	if !ok {
+		*errs = append(*errs, problem.FieldError{Path: path, Message: "must be a JSON object"})
+		return nil
+	}
+	return &object{path: path, m: m, errs: errs, read: map[string]bool{}}
+}
+
+func (o *object) fail(key, msg string) {
+	*o.errs = append(*o.errs, problem.FieldError{Path: join(o.path, key), Message: msg})
+}
+
+// get returns a field that is present and not null.
+func (o *object) get(key string, required bool) (any, bool) {
+	o.read[key] = true
+	v, ok := o.m[key]
+	if !ok || v == nil {
+		if required {
+			o.fail(key, "is required")
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+func (o *object) str(key string, required bool) (string, bool) {
+	v, ok := o.get(key, required)
+	if !ok {
+		return "", false
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		o.fail(key, "must be a string")
+		return "", false
+	}
+	return s, true
+}
+
+func (o *object) boolean(key string) bool {
+	v, ok := o.get(key, false)
+	if !ok {
+		return false
+	}
+	b, isBool := v.(bool)
+	if !isBool {
+		o.fail(key, "must be true or false")
+	}
+	return b
+}
+
+// integer reads a whole number within [lo, hi]; absent (or null) is def.
+func (o *object) integer(key string, def, lo, hi int64) (int64, bool) {
+	v, ok := o.get(key, false)
+	if !ok {
+		return def, false
+	}
+	n, isNum := v.(json.Number)
+	i, err := n.Int64()
+	if !isNum || err != nil || i < lo || i > hi {
+		o.fail(key, fmt.Sprintf("must be a whole number from %d to %d", lo, hi))
+		return def, false
+	}
+	return i, true
+}
+
+func (o *object) array(key string, required bool, maxLen int) ([]any, bool) {
+	v, ok := o.get(key, required)
+	if !ok {
+		return nil, false
+	}
+	a, isArr := v.([]any)
+	if !isArr {
+		o.fail(key, "must be an array")
+		return nil, false
+	}
+	if len(a) > maxLen {
+		o.fail(key, fmt.Sprintf("must have at most %d items", maxLen))
+		return nil, false
+	}
+	return a, true
+}
+
+// raw re-encodes a field's JSON (canonically: sorted keys) and checks its size.
+func (o *object) raw(key string, maxBytes int, mustBeObject bool) (json.RawMessage, bool) {
+	v, ok := o.get(key, false)
+	if !ok {
+		return nil, false
+	}
+	if _, isObj := v.(map[string]any); mustBeObject && !isObj {
+		o.fail(key, "must be a JSON object")
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		o.fail(key, "cannot be encoded")
+		return nil, false
+	}
+	if len(b) > maxBytes {
+		o.fail(key, fmt.Sprintf("must be at most %d bytes of JSON", maxBytes))
+		return nil, false
+	}
+	return b, true
+}
+
+func (o *object) done() {
+	var unknown []string
+	for k := range o.m {
+		if !o.read[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		o.fail(k, "unknown field")
+	}
+}

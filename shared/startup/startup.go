@@ -1,0 +1,101 @@
+// Package startup is what every Lambda main does before lambda.Start: read the configuration,
+// set up JSON logs, open the store and check the schema. Any failure prints one line and exits,
+// which Lambda reports as an init error instead of serving with a bad setting.
+package startup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"mediator/migrations"
+	"mediator/shared/auth"
+	"mediator/shared/config"
+	"mediator/shared/httpapi"
+	"mediator/shared/store"
+)
+
+// Init prepares a function that serves requests: it refuses to start when the database's
+// schema is behind this build.
+func Init(name string) httpapi.Deps {
+	d := open(name)
+	if err := CheckSchema(context.Background(), d.Store); err != nil {
+		exit(name, err)
+	}
+	return d
+}
+
+// InitMigrator prepares the migrate function, which is the one that may find the schema behind.
+func InitMigrator(name string) httpapi.Deps { return open(name) }
+
+func open(name string) httpapi.Deps {
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		exit(name, err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).With("function", name)
+	slog.SetDefault(log)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := OpenStore(ctx, cfg, "mediator-"+name, log)
+	if err != nil {
+		exit(name, err)
+	}
+	return httpapi.Deps{Store: st, Config: cfg, Log: log, Roles: auth.IAMRoles{
+		AdminRole: os.Getenv("IAM_ADMIN_ROLE"), NodeRole: os.Getenv("IAM_NODE_ROLE"),
+	}}
+}
+
+// OpenStore connects with the configured credentials and the store's settings.
+func OpenStore(ctx context.Context, cfg config.Config, app string, log *slog.Logger) (*store.Store, error) {
+	params, err := poolParams(ctx, cfg.Database)
+	if err != nil {
+		return nil, err
+	}
+	params.AppName = app
+	pool, err := store.Connect(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	return store.New(pool, Settings(cfg), log), nil
+}
+
+// Settings are the store's view of the configuration.
+func Settings(cfg config.Config) store.Settings {
+	return store.Settings{
+		LeaseTTL:    cfg.LeaseTTL,
+		AdvertTTL:   cfg.AdvertTTL(),
+		CancelGrace: cfg.CancelGrace(),
+		Starvation:  cfg.Starvation,
+		RetireAfter: cfg.NodeRetireAfter,
+		MaxRunWidth: cfg.MaxRunWidth,
+	}
+}
+
+func poolParams(_ context.Context, db config.Database) (store.PoolParams, error) {
+	return store.PoolParams{
+		URL:              db.URL,
+		MaxConns:         db.MaxConns,
+		StatementTimeout: db.StatementTimeout,
+		IdleInTxTimeout:  db.IdleInTxTimeout,
+	}, nil
+}
+
+// CheckSchema refuses a database whose schema is older than this build (or dirty).
+func CheckSchema(ctx context.Context, st *store.Store) error {
+	v, dirty, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	if dirty || v < migrations.Latest() {
+		return fmt.Errorf("the database schema is at version %d (dirty: %t) and this build needs %d: run the migrate function (make migrate locally)", v, dirty, migrations.Latest())
+	}
+	return nil
+}
+
+func exit(name string, err error) {
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	os.Exit(1)
+}

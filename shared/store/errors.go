@@ -1,0 +1,97 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The store's errors. Handlers turn them into HTTP problems through one table (shared/problem);
+// nothing above this package looks at a pgconn.PgError.
+var (
+	ErrNotFound        = errors.New("store: not found")
+	ErrRunIDConflict   = errors.New("store: run_id already used by a different request")
+	ErrStaleAssignment = errors.New("store: the step is not assigned to this node under this lease")
+	ErrNotRunnable     = errors.New("store: the step is not runnable yet")
+	ErrResultConflict  = errors.New("store: the step already has a different final result")
+	ErrRunNotLive      = errors.New("store: the run has already finished")
+	ErrNodeTaken       = errors.New("store: the node already holds a lease")
+	ErrLeaseTTL        = errors.New("store: LEASE_TTL must be positive; refusing to grant a lease that never expires")
+	// ErrInvariant is a write PostgreSQL refused because it would break a rule of SPEC.md §3.
+	// Seeing it means a bug in this package, never a client mistake.
+	ErrInvariant = errors.New("store: invariant violated")
+	// ErrRetry is a transaction that lost a race the database resolved (deadlock, serialization).
+	ErrRetry = errors.New("store: transient conflict")
+)
+
+// ConstraintError is a write PostgreSQL refused, with the name of the constraint that did so.
+type ConstraintError struct {
+	Constraint string
+	Err        error // one of the sentinels above
+}
+
+func (e *ConstraintError) Error() string { return fmt.Sprintf("%v (%s)", e.Err, e.Constraint) }
+func (e *ConstraintError) Unwrap() error { return e.Err }
+
+// constraintErrors is the one table from a constraint's name to what it means. A name not
+// listed here is still an ErrInvariant: every constraint of the schema guards a rule.
+var constraintErrors = map[string]error{
+	"leases_pkey":              ErrNodeTaken,
+	"run_roles_distinct_nodes": ErrNodeTaken,
+}
+
+// translate turns a pgx error into the store's vocabulary, keeping the original wrapped for
+// the log. It is the only function that inspects PostgreSQL error codes.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return err
+	}
+	switch pg.Code {
+	case "40001", "40P01": // serialization_failure, deadlock_detected
+		return fmt.Errorf("%w: %w", ErrRetry, err)
+	}
+	if pg.ConstraintName != "" && strings.HasPrefix(pg.Code, "23") {
+		sentinel, ok := constraintErrors[pg.ConstraintName]
+		if !ok {
+			sentinel = ErrInvariant
+		}
+		return &ConstraintError{Constraint: pg.ConstraintName, Err: fmt.Errorf("%w: %s", sentinel, pg.Message)}
+	}
+	return err
+}
+
+// pgCode is the SQLSTATE of a PostgreSQL error, or "".
+func pgCode(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code
+	}
+	return ""
+}
+
+// Unreachable reports whether err means the database could not be reached, or dropped the
+// connection mid-request (a failover, pg_terminate_backend): the client may retry.
+func Unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return true
+	}
+	code := pgCode(err)
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+}

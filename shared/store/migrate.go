@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"mediator/migrations"
+)
+
+// Migrate applies every migration of migrations.FS that the database does not have yet and
+// returns the schema version it is at. Already current is success, not an error.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
+	return withMigrator(pool, func(m *migrate.Migrate) error {
+		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			return err
+		}
+		return nil
+	})
+}
+
+// MigrateDown undoes every migration (for the round-trip test and `make migrate-down`).
+func MigrateDown(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
+	return withMigrator(pool, func(m *migrate.Migrate) error {
+		if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			return err
+		}
+		return nil
+	})
+}
+
+func withMigrator(pool *pgxpool.Pool, fn func(*migrate.Migrate) error) (uint, error) {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return 0, fmt.Errorf("store: read migrations: %w", err)
+	}
+	// database/sql over the same pool, so the migrator uses the same credentials (IAM tokens
+	// included) as everything else.
+	db := stdlib.OpenDBFromPool(pool)
+	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{})
+	if err != nil {
+		db.Close()
+		return 0, fmt.Errorf("store: prepare migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	if err != nil {
+		drv.Close()
+		return 0, fmt.Errorf("store: prepare migrations: %w", err)
+	}
+	defer m.Close()
+	if err := fn(m); err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	v, _, err := m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// SchemaVersion is the version the database's schema is at (0 for none) and whether a failed
+// migration left it dirty.
+func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations LIMIT 1`).Scan(&version, &dirty)
+	if err != nil {
+		if errors.Is(translate(err), ErrNotFound) {
+			return 0, false, nil
+		}
+		var undefined = "42P01" // undefined_table: never migrated
+		if pgCode(err) == undefined {
+			return 0, false, nil
+		}
+		return 0, false, translate(err)
+	}
+	return version, dirty, nil
+}

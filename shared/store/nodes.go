@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// HeartbeatParams is one node's advert.
+type HeartbeatParams struct {
+	NodeID   string
+	BootID   string
+	Labels   []string // sorted, without duplicates
+	Draining bool
+}
+
+// HeartbeatResult is what the node is told, and what the handler needs to decide on a wake.
+type HeartbeatResult struct {
+	Node  Node
+	Lease *HeldLease
+	Steps []NodeStep
+	// CapacityAppeared: this heartbeat made a node available that was not (new, back from an
+	// expired advert, drain lifted, labels changed, or a restart released its lease). Only
+	// then does the handler wake the queue: a routine heartbeat must not turn the wake into
+	// polling.
+	CapacityAppeared bool
+	// Released is how many leases the restart released (the lost node's and its run-mates').
+	Released int
+}
+
+// HeldLease is the node's lease as the node sees it.
+type HeldLease struct {
+	RunID     string    `json:"run_id"`
+	Epoch     int64     `json:"epoch"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// NodeStep is a step the node holds, with what it may do about it.
+type NodeStep struct {
+	RunID    string         `json:"run_id"`
+	StepID   string         `json:"step_id"`
+	Spec     json.RawMessage `json:"spec"`
+	State    string         `json:"state"`
+	Runnable bool           `json:"runnable"`
+	Cancel   bool           `json:"cancel"`
+}
+
+// heartbeatSQL is the whole routine heartbeat in one statement, so it costs one round trip:
+// upsert the advert, renew the lease held under this boot, and read the node's steps.
+//
+// The advert is only written when no lease is held under another boot (stale is empty). A
+// restart has to release that lease in the same transaction as the boot changes — the
+// deferred FK leases_held_under_current_boot refuses anything else — and that needs the run's
+// row lock first, so it goes through heartbeatAfterRestart instead.
+const heartbeatSQL = `
+WITH prev AS (
+    SELECT boot_id, labels, draining, advert_expires_at > now() AS live
+    FROM nodes WHERE node_id = @node_id
+), stale AS (
+    SELECT run_id, epoch FROM leases WHERE node_id = @node_id AND boot_id <> @boot_id
+), up AS (
+    INSERT INTO nodes AS n (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
+    SELECT @node_id, @labels, @boot_id, @draining, now() + @advert_ttl * interval '1 second', now()
+    WHERE NOT EXISTS (SELECT 1 FROM stale)
+    ON CONFLICT (node_id) DO UPDATE SET labels = excluded.labels, boot_id = excluded.boot_id,
+        draining = excluded.draining, advert_expires_at = excluded.advert_expires_at,
+        last_seen_at = excluded.last_seen_at
+    RETURNING node_id, labels, boot_id, draining, last_seen_at
+), renew AS (
+    UPDATE leases SET expires_at = now() + @lease_ttl * interval '1 second'
+    WHERE node_id = @node_id AND boot_id = @boot_id AND EXISTS (SELECT 1 FROM up)
+    RETURNING run_id, role, epoch, expires_at
+)
+SELECT
+    EXISTS (SELECT 1 FROM stale),
+    (SELECT boot_id FROM prev),
+    coalesce((SELECT NOT live OR draining AND NOT @draining OR labels <> @labels FROM prev), true),
+    up.node_id, up.labels, up.boot_id, up.draining, up.last_seen_at,
+    renew.run_id, renew.epoch, renew.expires_at,
+    (SELECT coalesce(json_agg(json_build_object(
+        'run_id', s.run_id, 'step_id', s.step_id, 'spec', s.spec, 'state', s.state,
+        'runnable', s.state = 'PENDING' AND r.cancel_requested_at IS NULL AND NOT EXISTS (
+            SELECT 1 FROM steps d WHERE d.run_id = s.run_id AND d.step_id = ANY (s.after)
+            AND d.state <> 'SUCCEEDED'),
+        'cancel', r.cancel_requested_at IS NOT NULL) ORDER BY s.ordinal), '[]')
+     FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = renew.role
+     WHERE r.run_id = renew.run_id AND s.state IN ('PENDING', 'RUNNING'))
+FROM (SELECT 1) one
+LEFT JOIN up ON true
+LEFT JOIN renew ON true`
+
+// Heartbeat registers or refreshes a node's advert, renews the lease it holds under this
+// boot, and answers with its steps. A heartbeat under a new boot_id is a restart: the lease
+// held under the old boot is released at once and its run loses the node (SPEC.md §7).
+func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResult, error) {
+	args := pgx.NamedArgs{
+		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
+		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(),
+	}
+	res, restarted, err := scanHeartbeat(s.pool.QueryRow(ctx, heartbeatSQL, args))
+	if err != nil {
+		return HeartbeatResult{}, translate(err)
+	}
+	if !restarted {
+		return res, nil
+	}
+	return s.heartbeatAfterRestart(ctx, p, args)
+}
+
+// heartbeatAfterRestart releases the lease held under the node's previous boot, then takes
+// the advert: one transaction, run row locked before its leases like every other writer.
+func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, args pgx.NamedArgs) (HeartbeatResult, error) {
+	var res HeartbeatResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT node_id, epoch FROM leases WHERE node_id = $1 AND boot_id <> $2`, p.NodeID, p.BootID)
+		if err != nil {
+			return err
+		}
+		stale, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leaseRef])
+		if err != nil {
+			return err
+		}
+		released := 0
+		for _, l := range stale {
+			n, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
+			if err != nil {
+				return err
+			}
+			released += n
+		}
+		var restarted bool
+		res, restarted, err = scanHeartbeat(tx.QueryRow(ctx, heartbeatSQL, args))
+		if err != nil {
+			return err
+		}
+		if restarted {
+			// A lease under the old boot appeared after we released one: only a concurrent
+			// promotion reading the old advert could do that. Let the caller retry.
+			return ErrRetry
+		}
+		res.Released = released
+		res.CapacityAppeared = res.CapacityAppeared || (released > 0 && !p.Draining)
+		return nil
+	})
+	return res, err
+}
+
+func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error) {
+	var (
+		prevBoot  *string
+		changed   bool
+		nodeID    *string
+		runID     *string
+		epoch     *int64
+		expiresAt *time.Time
+		lastSeen  *time.Time
+		labels    []string
+		bootID    *string
+		draining  *bool
+	)
+	if err := row.Scan(&restarted, &prevBoot, &changed, &nodeID, &labels, &bootID, &draining, &lastSeen,
+		&runID, &epoch, &expiresAt, &res.Steps); err != nil {
+		return res, false, err
+	}
+	if restarted {
+		return res, true, nil
+	}
+	if nodeID == nil {
+		return res, false, errors.New("store: heartbeat wrote no advert")
+	}
+	res.Node = Node{NodeID: *nodeID, Labels: labels, BootID: *bootID, Draining: *draining, LastSeenAt: *lastSeen, State: "idle"}
+	if res.Node.Draining {
+		res.Node.State = "draining"
+	}
+	if runID != nil {
+		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
+		res.Node.State = "leased"
+	}
+	// Capacity appeared only if the node is now available to the queue.
+	res.CapacityAppeared = changed && res.Lease == nil && !res.Node.Draining
+	return res, false, nil
+}
+
+// ListNodes is the whole fleet with each node's state (GET /v1/nodes).
+func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT n.node_id,
+		       CASE WHEN l.node_id IS NOT NULL THEN 'leased'
+		            WHEN n.advert_expires_at <= now() THEN 'offline'
+		            WHEN n.draining THEN 'draining'
+		            ELSE 'idle' END,
+		       n.labels, n.boot_id, n.draining, n.last_seen_at
+		FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id
+		ORDER BY n.node_id`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Node])
+	return nodes, translate(err)
+}
+
+// AvailableNode is a node the queue may be placed on now.
+type AvailableNode struct {
+	NodeID string
+	Labels []string
+}
+
+// availableSQL: live advert, not draining, no lease (SPEC.md §1, "available").
+const availableSQL = `
+	SELECT n.node_id, n.labels FROM nodes n
+	WHERE n.advert_expires_at > now() AND NOT n.draining
+	  AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+	ORDER BY n.node_id`
+
+// AvailableNodes lists the nodes a run could be placed on right now.
+func (s *Store) AvailableNodes(ctx context.Context) ([]AvailableNode, error) {
+	rows, err := s.pool.Query(ctx, availableSQL)
+	if err != nil {
+		return nil, translate(err)
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AvailableNode])
+	return nodes, translate(err)
+}

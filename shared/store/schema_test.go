@@ -1,0 +1,173 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"mediator/localdev/testdb"
+	"mediator/migrations"
+	"mediator/shared/store"
+)
+
+// fixture: node n1 leased by RUNNING run r1 (role main, step s1); node n2 idle; QUEUED run q1.
+const fixture = `
+INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at) VALUES
+    ('n1', '{board=rpi4}', 'b1', now() + interval '1 minute'),
+    ('n2', '{board=rpi4}', 'b1', now() + interval '1 minute');
+INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, started_at) VALUES
+    ('r1', 'client:t', 'RUNNING', '\x00', '[["board=rpi4"]]', 1, 1, now());
+INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, queued_at) VALUES
+    ('q1', 'client:t', 'QUEUED', '\x00', '[["board=rpi4"]]', 1, 1, now());
+INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES
+    ('r1', 'main', 0, '{board=rpi4}', 'n1'), ('q1', 'main', 0, '{board=rpi4}', '');
+INSERT INTO steps (run_id, step_id, role, ordinal) VALUES ('r1', 's1', 'main', 0), ('q1', 's1', 'main', 0);
+INSERT INTO leases (node_id, run_id, role, boot_id, expires_at) VALUES ('n1', 'r1', 'main', 'b1', now() + interval '1 minute');
+INSERT INTO run_events (run_id, attempt, kind, from_state, to_state) VALUES ('r1', 1, 'submitted', NULL, 'RUNNING');
+`
+
+// TestConstraintsHaveNames breaks every rule of SPEC.md §3 that the schema holds, and checks
+// that PostgreSQL refuses it under the constraint's name — at the statement, or at COMMIT
+// for the deferred ones — and that the store translates it.
+func TestConstraintsHaveNames(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, sql, constraint string
+		want                  error
+	}{
+		// I1: one lease per node.
+		{"I1 second lease on a node", `INSERT INTO leases (node_id, run_id, role, boot_id, expires_at)
+			VALUES ('n1', 'q1', 'main', 'b1', now())`, "leases_pkey", store.ErrNodeTaken},
+		// I2: only a RUNNING run holds leases — refused at COMMIT.
+		{"I2 terminal run still leased", `UPDATE steps SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'r1';
+			UPDATE runs SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'r1'`, "leases_held_by_running_run", store.ErrInvariant},
+		{"I2 lease row not for a RUNNING run", `INSERT INTO leases (node_id, run_id, run_state, role, boot_id, expires_at)
+			VALUES ('n2', 'r1', 'QUEUED', 'main', 'b1', now())`, "leases_run_state_running", store.ErrInvariant},
+		// I3: a QUEUED run holds nothing — refused at COMMIT.
+		{"I3 queued run names a node", `UPDATE run_roles SET node_id = 'n2' WHERE run_id = 'q1'`, "runs_queued_holds_nothing", store.ErrInvariant},
+		// I4: identifiers are unique.
+		{"I4 run_id twice", `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, queued_at)
+			VALUES ('q1', 'client:t', 'QUEUED', '\x00', '[]', 1, 1, now())`, "runs_pkey", store.ErrInvariant},
+		{"I4 step id twice", `INSERT INTO steps (run_id, step_id, role, ordinal) VALUES ('q1', 's1', 'main', 1)`, "steps_pkey", store.ErrInvariant},
+		{"I4 role twice", `INSERT INTO run_roles (run_id, role, ordinal, needs) VALUES ('q1', 'main', 1, '{}')`, "run_roles_pkey", store.ErrInvariant},
+		// I5: finished_at exactly when terminal.
+		{"I5 finished but queued", `UPDATE runs SET finished_at = now() WHERE run_id = 'q1'`, "runs_finished_at_iff_terminal", store.ErrInvariant},
+		{"I5 failed without finished_at", `UPDATE steps SET state = 'CANCELLED', finished_at = now() WHERE run_id = 'q1';
+			UPDATE runs SET state = 'FAILED', reason = 'timeout' WHERE run_id = 'q1'`, "runs_finished_at_iff_terminal", store.ErrInvariant},
+		// Each role of a run on its own node.
+		{"two roles on one node", `INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES ('r1', 'aux', 1, '{}', 'n1')`,
+			"run_roles_distinct_nodes", store.ErrNodeTaken},
+		// A restart must release the lease held under the old boot — refused at COMMIT.
+		{"lease outlives its boot", `UPDATE nodes SET boot_id = 'b2' WHERE node_id = 'n1'`, "leases_held_under_current_boot", store.ErrInvariant},
+		{"lease on a node the role was not given", `UPDATE run_roles SET node_id = 'n2' WHERE run_id = 'r1'`, "leases_match_role_assignment", store.ErrInvariant},
+		{"settled with a step left", `UPDATE runs SET state = 'CANCELLED', reason = 'cancelled', finished_at = now() WHERE run_id = 'q1'`,
+			"runs_settled_with_steps_final", store.ErrInvariant},
+		{"promoted twice in one attempt", `INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
+			VALUES ('r1', 1, 'promoted', 'QUEUED', 'RUNNING')`, "run_events_running_once_per_attempt", store.ErrInvariant},
+		{"history rewritten", `UPDATE run_events SET kind = 'x'`, "run_events_append_only", store.ErrInvariant},
+		{"history deleted", `DELETE FROM run_events`, "run_events_append_only", store.ErrInvariant},
+		{"run_id pattern", `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts)
+			VALUES ('bad id', 'client:t', 'QUEUED', '\x00', '[]', 1, 1)`, "mediator_id_format", store.ErrInvariant},
+		{"attempt past max", `UPDATE runs SET attempt = 2 WHERE run_id = 'q1'`, "runs_attempt_within_max", store.ErrInvariant},
+		{"unknown state", `UPDATE runs SET state = 'READY' WHERE run_id = 'q1'`, "runs_state_valid", store.ErrInvariant},
+		{"reason on a live run", `UPDATE runs SET reason = 'timeout' WHERE run_id = 'q1'`, "runs_reason_iff_failed_or_cancelled", store.ErrInvariant},
+		{"tries past retries", `UPDATE steps SET tries = 2 WHERE run_id = 'q1'`, "steps_tries_within_retries", store.ErrInvariant},
+		{"running without started_at", `UPDATE runs SET started_at = NULL WHERE run_id = 'r1'`, "runs_running_has_started_at", store.ErrInvariant},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, testdb.URL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, fixture); err != nil {
+				t.Fatalf("fixture: %v", err)
+			}
+			// The breaking write and its COMMIT: whichever refuses it, the name must be right.
+			_, err = conn.Exec(ctx, "BEGIN; "+tc.sql+"; COMMIT")
+			if err == nil {
+				t.Fatalf("PostgreSQL accepted it; want %s", tc.constraint)
+			}
+			var ce *store.ConstraintError
+			if !errors.As(store.Translate(err), &ce) {
+				t.Fatalf("got %v; want a constraint error naming %s", err, tc.constraint)
+			}
+			if ce.Constraint != tc.constraint {
+				t.Fatalf("refused by %s; want %s (%v)", ce.Constraint, tc.constraint, err)
+			}
+			if !errors.Is(ce, tc.want) {
+				t.Fatalf("translated to %v; want %v", ce, tc.want)
+			}
+		})
+	}
+}
+
+// TestMigrationsRoundTrip: up, down, up on an empty database.
+func TestMigrationsRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := store.Connect(ctx, store.PoolParams{URL: testdb.URL(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// The test database is a clone of the migrated template: down first empties it.
+	if v, err := store.MigrateDown(ctx, pool); err != nil || v != 0 {
+		t.Fatalf("down: version %d, %v", v, err)
+	}
+	var tables int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'`).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("after down: %d tables left, %v", tables, err)
+	}
+	for i := range 2 {
+		v, err := store.Migrate(ctx, pool)
+		if err != nil || v != migrations.Latest() {
+			t.Fatalf("up #%d: version %d, %v; want %d", i+1, v, err, migrations.Latest())
+		}
+	}
+	if _, err := store.MigrateDown(ctx, pool); err != nil {
+		t.Fatalf("second down: %v", err)
+	}
+	if v, err := store.Migrate(ctx, pool); err != nil || v != migrations.Latest() {
+		t.Fatalf("second up: version %d, %v", v, err)
+	}
+}
+
+// TestI2RefusedAtCommit: the terminal state itself is written; it is the COMMIT, with a lease
+// still pointing at the run, that PostgreSQL refuses.
+func TestI2RefusedAtCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, fixture); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE steps SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'r1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE runs SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'r1'`); err != nil {
+		t.Fatalf("the UPDATE itself was refused (%v); I2 must be checked at COMMIT", err)
+	}
+	err = tx.Commit(ctx)
+	var ce *store.ConstraintError
+	if !errors.As(store.Translate(err), &ce) || ce.Constraint != "leases_held_by_running_run" {
+		t.Fatalf("COMMIT: %v; want leases_held_by_running_run", err)
+	}
+	var state string
+	if err := conn.QueryRow(ctx, `SELECT state FROM runs WHERE run_id = 'r1'`).Scan(&state); err != nil || state != "RUNNING" {
+		t.Fatalf("after the refused commit the run is %q (%v); want RUNNING", state, err)
+	}
+}

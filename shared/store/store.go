@@ -1,0 +1,101 @@
+// Package store is Mediator's one pgx store: all SQL, every transaction, and WakeQueued.
+//
+// Concurrency safety lives in PostgreSQL, not here: every rule of SPEC.md §3 is a named
+// constraint or a conditional write, and this package only ever asks the database to do
+// something "if it is still true". There are no advisory locks and no mutexes.
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is the database, and the settings its decisions depend on.
+type Store struct {
+	pool *pgxpool.Pool
+	set  Settings
+	log  *slog.Logger
+}
+
+// Settings are the durations and limits of SPEC.md §8 that the store decides by. The store
+// takes them as given; shared/config validated them.
+type Settings struct {
+	LeaseTTL    time.Duration
+	AdvertTTL   time.Duration
+	CancelGrace time.Duration
+	Starvation  time.Duration
+	RetireAfter time.Duration
+	MaxRunWidth int
+}
+
+// PoolParams say how to connect.
+type PoolParams struct {
+	URL              string
+	AppName          string
+	MaxConns         int32
+	StatementTimeout time.Duration
+	IdleInTxTimeout  time.Duration
+	// BeforeConnect, when set, fills in credentials for each new connection (an RDS IAM
+	// token is only good for 15 minutes, so it is minted per connection, not per process).
+	BeforeConnect func(context.Context, *pgx.ConnConfig) error
+}
+
+// Connect opens a pool sized for Lambda: one environment serves one request at a time, so one
+// connection is enough and a thousand environments do not open a thousand idle spares.
+func Connect(ctx context.Context, p PoolParams) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(p.URL)
+	if err != nil {
+		// The URL may carry a password: say which setting is wrong, never echo it.
+		return nil, fmt.Errorf("store: the database URL cannot be parsed")
+	}
+	cfg.MaxConns = max(p.MaxConns, 1)
+	cfg.MinConns = 0
+	cfg.MaxConnIdleTime = 5 * time.Minute
+	rp := cfg.ConnConfig.RuntimeParams
+	// Sent in the startup packet rather than with SET, so RDS Proxy has no session state to
+	// pin a connection for.
+	rp["application_name"] = orDefault(p.AppName, "mediator")
+	if p.StatementTimeout > 0 {
+		rp["statement_timeout"] = strconv.FormatInt(p.StatementTimeout.Milliseconds(), 10)
+	}
+	if p.IdleInTxTimeout > 0 {
+		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(p.IdleInTxTimeout.Milliseconds(), 10)
+	}
+	rp["timezone"] = "UTC"
+	cfg.BeforeConnect = p.BeforeConnect
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: open the pool: %w", err)
+	}
+	return pool, nil
+}
+
+// New wraps an open pool.
+func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Store{pool: pool, set: set, log: log}
+}
+
+// Pool is the underlying pool, for the test harness and the benchmarks.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Settings are the settings the store was made with.
+func (s *Store) Settings() Settings { return s.set }
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

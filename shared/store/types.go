@@ -1,0 +1,121 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Run states (SPEC.md §2). There are no others: a cancel in progress is RUNNING with
+// CancelRequestedAt set.
+const (
+	Queued    = "QUEUED"
+	Running   = "RUNNING"
+	Succeeded = "SUCCEEDED"
+	Failed    = "FAILED"
+	Cancelled = "CANCELLED"
+)
+
+// Step states beyond the run's.
+const (
+	Pending = "PENDING"
+	Skipped = "SKIPPED"
+)
+
+// Reasons on FAILED and CANCELLED runs.
+const (
+	ReasonNoCapableNode = "no_capable_node"
+	ReasonTooWide       = "too_wide"
+	ReasonStepFailed    = "step_failed"
+	ReasonLeaseExpired  = "lease_expired"
+	ReasonNodeRestarted = "node_restarted"
+	ReasonNodeRemoved   = "node_removed"
+	ReasonTimeout       = "timeout"
+	ReasonQueueTimeout  = "queue_timeout"
+	ReasonCancelled     = "cancelled"
+)
+
+// Run is a run as clients see it (SPEC.md §5, "Run").
+type Run struct {
+	RunID               string            `json:"run_id"`
+	State               string            `json:"state"`
+	Reason              *string           `json:"reason"`
+	Attempt             int               `json:"attempt"`
+	MaxAttempts         int               `json:"max_attempts"`
+	CreatedAt           time.Time         `json:"created_at"`
+	StartedAt           *time.Time        `json:"started_at"`
+	FinishedAt          *time.Time        `json:"finished_at"`
+	CancelRequestedAt   *time.Time        `json:"cancel_requested_at"`
+	CancelReason        *string           `json:"cancel_reason,omitempty"`
+	TimeoutSeconds      *int              `json:"timeout_seconds"`
+	QueueTimeoutSeconds *int              `json:"queue_timeout_seconds"`
+	WaitForCapacity     bool              `json:"wait_for_capacity"`
+	Roles               map[string]Role   `json:"roles"`
+	Steps               []Step            `json:"steps"`
+	Assigned            map[string]string `json:"assigned,omitempty"`
+	Metadata            json.RawMessage   `json:"metadata"`
+	// QueuePosition is how many runs are ahead of a QUEUED run.
+	QueuePosition *int `json:"queue_position,omitempty"`
+
+	owner string
+}
+
+// Role is one named slot of a run.
+type Role struct {
+	Needs  []string `json:"needs"`
+	NodeID string   `json:"node_id"`
+}
+
+// Step is one piece of work on one role.
+type Step struct {
+	ID         string     `json:"id"`
+	Role       string     `json:"role"`
+	State      string     `json:"state"`
+	After      []string   `json:"after"`
+	Retries    int        `json:"retries"`
+	Tries      int        `json:"tries"`
+	ExitCode   *int       `json:"exit_code"`
+	Message    *string    `json:"message"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+}
+
+// Event is one line of a run's history.
+type Event struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	Kind    string    `json:"kind"`
+	From    *string   `json:"from"`
+	To      string    `json:"to"`
+	Reason  *string   `json:"reason,omitempty"`
+	NodeID  *string   `json:"node_id,omitempty"`
+}
+
+// Node is a fleet entry (GET /v1/nodes).
+type Node struct {
+	NodeID     string    `json:"node_id"`
+	State      string    `json:"state"` // idle | leased | draining | offline
+	Labels     []string  `json:"labels"`
+	BootID     string    `json:"boot_id"`
+	Draining   bool      `json:"draining"`
+	LastSeenAt time.Time `json:"last_seen_at"`
+}
+
+// Lease is a node held by a run (GET /v1/leases).
+type Lease struct {
+	NodeID    string    `json:"node_id"`
+	RunID     string    `json:"run_id"`
+	Role      string    `json:"role"`
+	Epoch     int64     `json:"epoch"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Alive is judged by the lease alone: not expired yet.
+	Alive bool `json:"alive"`
+}
+
+// Terminal reports whether a run or step state is final.
+func Terminal(state string) bool {
+	switch state {
+	case Succeeded, Failed, Cancelled, Skipped:
+		return true
+	}
+	return false
+}
