@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/jackc/pgx/v5"
 
 	"mediator/localdev/gateway"
 	"mediator/localdev/testdb"
@@ -50,11 +51,22 @@ type Env struct {
 	gw        *gateway.Gateway
 }
 
-// Option changes the configuration before the store is opened.
-type Option func(*config.Config)
+// Option changes how the test's Mediator is built.
+type Option func(*options)
+
+type options struct {
+	cfg    config.Config
+	tracer pgx.QueryTracer
+}
+
+// Configure changes the configuration before the store is opened.
+func Configure(fn func(*config.Config)) Option { return func(o *options) { fn(&o.cfg) } }
 
 // PoolSize sets how many connections the test's store may open (concurrency tests want many).
-func PoolSize(n int32) Option { return func(c *config.Config) { c.Database.MaxConns = n } }
+func PoolSize(n int32) Option { return Configure(func(c *config.Config) { c.Database.MaxConns = n }) }
+
+// Tracer makes the store's pool report every statement to t.
+func Tracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t } }
 
 // New opens a store on a fresh database and builds every handler on it.
 func New(t testing.TB, opts ...Option) *Env {
@@ -69,16 +81,18 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatal(err)
 	}
 	cfg.Database.MaxConns = 4
-	for _, o := range opts {
-		o(&cfg)
+	o := options{cfg: cfg}
+	for _, opt := range opts {
+		opt(&o)
 	}
+	cfg = o.cfg
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if os.Getenv("APITEST_LOG") != "" {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := startup.OpenStore(ctx, cfg, "apitest", log)
+	st, err := startup.OpenStore(ctx, cfg, "apitest", log, o.tracer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,4 +197,56 @@ func (e *Env) Count(sql string, args ...any) int {
 		e.T.Fatalf("count %q: %v", sql, err)
 	}
 	return n
+}
+
+// Heartbeat advertises a node through the store (labels sorted by the caller).
+func (e *Env) Heartbeat(nodeID, bootID string, draining bool, labels ...string) store.HeartbeatResult {
+	e.T.Helper()
+	res, err := e.Store.Heartbeat(context.Background(), store.HeartbeatParams{
+		NodeID: nodeID, BootID: bootID, Labels: append([]string{}, labels...), Draining: draining,
+	})
+	if err != nil {
+		e.T.Fatalf("heartbeat %s: %v", nodeID, err)
+	}
+	return res
+}
+
+// NewRun is a one-role run ("main") with one step, needing labels.
+func NewRun(id string, needs ...string) store.NewRun {
+	return store.NewRun{
+		RunID: id, Owner: "client:t", RequestHash: []byte(id), MaxAttempts: 1,
+		Roles:    []store.NewRole{{Name: "main", Needs: append([]string{}, needs...)}},
+		Steps:    []store.NewStep{{ID: "s1", Role: "main", After: []string{}, Spec: []byte(`{}`)}},
+		Metadata: []byte(`{}`),
+	}
+}
+
+// Submit stores a run through the store, failing the test on error.
+func (e *Env) Submit(run store.NewRun) store.SubmitResult {
+	e.T.Helper()
+	res, err := e.Store.Submit(context.Background(), run)
+	if err != nil {
+		e.T.Fatalf("submit %s: %v", run.RunID, err)
+	}
+	return res
+}
+
+// Wake runs WakeQueued, failing the test on error.
+func (e *Env) Wake() store.WakeResult {
+	e.T.Helper()
+	res, err := e.Store.WakeQueued(context.Background())
+	if err != nil {
+		e.T.Fatalf("wake: %v", err)
+	}
+	return res
+}
+
+// State is a run's state, read directly.
+func (e *Env) State(runID string) string {
+	e.T.Helper()
+	var state string
+	if err := e.Store.Pool().QueryRow(context.Background(), `SELECT state FROM runs WHERE run_id = $1`, runID).Scan(&state); err != nil {
+		e.T.Fatalf("state of %s: %v", runID, err)
+	}
+	return state
 }

@@ -1,15 +1,28 @@
 package httpapi
 
 import (
+	"encoding/base64"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"mediator/migrations"
+	"mediator/shared/auth"
+	"mediator/shared/problem"
+	"mediator/shared/request"
+	"mediator/shared/store"
 )
 
 // Query serves the read routes: runs, the queue, the fleet, leases, and /healthz.
 func Query(d Deps) Handler {
 	return handler(d, map[string]endpoint{
-		"GET /healthz": {public: true, serve: healthz},
+		"GET /healthz":          {public: true, serve: healthz},
+		"GET /v1/runs/{run_id}": {serve: getRun},
+		"GET /v1/runs":          {serve: listRuns},
+		"GET /v1/queue":         {serve: queue},
+		"GET /v1/nodes":         {serve: listNodes},
+		"GET /v1/leases":        {serve: listLeases},
 	})
 }
 
@@ -26,4 +39,127 @@ func healthz(c *call) (reply, error) {
 		return reply{http.StatusServiceUnavailable, body}, nil
 	}
 	return reply{http.StatusOK, body}, nil
+}
+
+// getRun is the run with its history. Another client's run does not exist (404, not 403).
+func getRun(c *call) (reply, error) {
+	if err := c.allow(auth.Client, auth.Admin); err != nil {
+		return reply{}, err
+	}
+	runID, err := c.pathID("run_id")
+	if err != nil {
+		return reply{}, err
+	}
+	run, err := c.d.Store.GetRun(c.ctx, runID, c.viewer())
+	if err != nil {
+		return reply{}, err
+	}
+	history, err := c.d.Store.History(c.ctx, runID)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"run": run, "history": history}}, nil
+}
+
+const maxPage = 100
+
+func listRuns(c *call) (reply, error) {
+	if err := c.allow(auth.Client, auth.Admin); err != nil {
+		return reply{}, err
+	}
+	q := c.req.QueryStringParameters
+	p := store.ListRunsParams{Viewer: c.viewer(), State: q["state"], Limit: 20}
+	var errs []problem.FieldError
+	switch p.State {
+	case "", store.Queued, store.Running, store.Succeeded, store.Failed, store.Cancelled:
+	default:
+		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"})
+	}
+	if raw, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > maxPage {
+			errs = append(errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", maxPage)})
+		}
+		p.Limit = n
+	}
+	if raw := q["after"]; raw != "" {
+		cur, ok := decodeCursor(raw)
+		if !ok {
+			errs = append(errs, problem.FieldError{Path: "after", Message: "is not a cursor this API gave out"})
+		}
+		p.After = cur
+	}
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	runs, next, err := c.d.Store.ListRuns(c.ctx, p)
+	if err != nil {
+		return reply{}, err
+	}
+	if runs == nil {
+		runs = []store.Run{}
+	}
+	var nextCursor *string
+	if next != nil {
+		s := encodeCursor(*next)
+		nextCursor = &s
+	}
+	return reply{http.StatusOK, map[string]any{"runs": runs, "next": nextCursor}}, nil
+}
+
+// Cursors are opaque to clients: base64url of "<created_at micros>:<run_id>".
+func encodeCursor(c store.Cursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAtMicros, 10) + ":" + c.RunID))
+}
+
+func decodeCursor(s string) (*store.Cursor, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, false
+	}
+	micros, runID, ok := strings.Cut(string(raw), ":")
+	n, err := strconv.ParseInt(micros, 10, 64)
+	if !ok || err != nil || !request.IDPattern.MatchString(runID) {
+		return nil, false
+	}
+	return &store.Cursor{CreatedAtMicros: n, RunID: runID}, true
+}
+
+func queue(c *call) (reply, error) {
+	if err := c.allow(auth.Client, auth.Admin); err != nil {
+		return reply{}, err
+	}
+	entries, err := c.d.Store.Queue(c.ctx)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"queue": entries}}, nil
+}
+
+func listNodes(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodes, err := c.d.Store.ListNodes(c.ctx)
+	if err != nil {
+		return reply{}, err
+	}
+	if nodes == nil {
+		nodes = []store.Node{}
+	}
+	return reply{http.StatusOK, map[string]any{"nodes": nodes}}, nil
+}
+
+func listLeases(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	leases, err := c.d.Store.ListLeases(c.ctx)
+	if err != nil {
+		return reply{}, err
+	}
+	if leases == nil {
+		leases = []store.Lease{}
+	}
+	return reply{http.StatusOK, map[string]any{"leases": leases}}, nil
 }

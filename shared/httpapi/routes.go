@@ -32,6 +32,7 @@ var Routes = []Route{
 // Functions builds every HTTP function's handler by name, as the local gateway serves them.
 func Functions(d Deps) map[string]Handler {
 	return map[string]Handler{
-		"query": Query(d),
+		"submit": Submit(d),
+		"query":  Query(d),
 	}
 }

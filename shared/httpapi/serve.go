@@ -17,6 +17,7 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/problem"
+	"mediator/shared/request"
 	"mediator/shared/store"
 )
 
@@ -216,4 +217,40 @@ func (c *call) wake() {
 	if res.Promoted > 0 {
 		c.d.Log.Info("wake", "request_id", c.req.RequestContext.RequestID, "promoted", res.Promoted)
 	}
+}
+
+// allow refuses (403) a principal of any other kind.
+func (c *call) allow(kinds ...auth.Kind) error {
+	for _, k := range kinds {
+		if c.who.Kind == k {
+			return nil
+		}
+	}
+	return problem.New(problem.Forbidden, "this route is not for a "+string(c.who.Kind)+" principal")
+}
+
+// flag reads a boolean query parameter.
+func (c *call) flag(name string) (bool, error) {
+	switch c.req.QueryStringParameters[name] {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, problem.Invalid([]problem.FieldError{{Path: name, Message: "must be true or false"}})
+}
+
+// viewer is who reads runs: clients see their own, admins everything.
+func (c *call) viewer() store.Viewer {
+	return store.Viewer{Owner: c.who.Owner(), Admin: c.who.IsAdmin()}
+}
+
+// pathID reads an identifier from the path; one that could never have been stored is simply
+// not found.
+func (c *call) pathID(name string) (string, error) {
+	v := c.req.PathParameters[name]
+	if !request.IDPattern.MatchString(v) {
+		return "", problem.New(problem.NotFound, "")
+	}
+	return v, nil
 }

@@ -41,7 +41,9 @@ type parseError struct {
 	path, msg string
 }
 
-func (e *parseError) field() problem.FieldError { return problem.FieldError{Path: e.path, Message: e.msg} }
+func (e *parseError) field() problem.FieldError {
+	return problem.FieldError{Path: e.path, Message: e.msg}
+}
 
 func parseValue(dec *json.Decoder, path string, depth int) (any, *parseError) {
 	if depth > maxDepth {

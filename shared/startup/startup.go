@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"mediator/migrations"
 	"mediator/shared/auth"
 	"mediator/shared/config"
@@ -48,13 +50,17 @@ func open(name string) httpapi.Deps {
 	}}
 }
 
-// OpenStore connects with the configured credentials and the store's settings.
-func OpenStore(ctx context.Context, cfg config.Config, app string, log *slog.Logger) (*store.Store, error) {
+// OpenStore connects with the configured credentials and the store's settings. A tracer, if
+// given, sees every statement.
+func OpenStore(ctx context.Context, cfg config.Config, app string, log *slog.Logger, tracer ...pgx.QueryTracer) (*store.Store, error) {
 	params, err := poolParams(ctx, cfg.Database)
 	if err != nil {
 		return nil, err
 	}
 	params.AppName = app
+	if len(tracer) > 0 {
+		params.Tracer = tracer[0]
+	}
 	pool, err := store.Connect(ctx, params)
 	if err != nil {
 		return nil, err

@@ -28,16 +28,16 @@ type lostLease struct {
 // already under way. Either way the run's other leases are released with it.
 const loseSQL = `
 WITH lost AS (
-    DELETE FROM leases WHERE node_id = @node_id AND epoch = @epoch
-      AND (NOT @only_expired OR expires_at < now())
-      AND (@boot_not = '' OR boot_id <> @boot_not)
+    DELETE FROM leases WHERE node_id = @node_id::text AND epoch = @epoch::bigint
+      AND (NOT @only_expired::bool OR expires_at < now())
+      AND (@boot_not::text = '' OR boot_id <> @boot_not::text)
     RETURNING run_id
 ), run AS (
     UPDATE runs r SET
         state = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'CANCELLED'
                      WHEN r.attempt < r.max_attempts THEN 'QUEUED' ELSE 'FAILED' END,
         reason = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'cancelled'
-                      WHEN r.attempt < r.max_attempts THEN NULL ELSE @reason END,
+                      WHEN r.attempt < r.max_attempts THEN NULL ELSE @reason::text END,
         attempt = CASE WHEN r.cancel_requested_at IS NULL AND r.attempt < r.max_attempts
                        THEN r.attempt + 1 ELSE r.attempt END,
         queued_at = CASE WHEN r.cancel_requested_at IS NULL AND r.attempt < r.max_attempts
@@ -51,7 +51,7 @@ WITH lost AS (
     FROM lost WHERE r.run_id = lost.run_id AND r.state = 'RUNNING'
     RETURNING r.run_id, r.state, r.attempt, r.reason
 ), others AS (
-    DELETE FROM leases l USING run WHERE l.run_id = run.run_id AND l.node_id <> @node_id
+    DELETE FROM leases l USING run WHERE l.run_id = run.run_id AND l.node_id <> @node_id::text
     RETURNING l.node_id
 ), roles AS (
     UPDATE run_roles ro SET node_id = '' FROM run
@@ -71,7 +71,7 @@ WITH lost AS (
 ), ev AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
     SELECT run_id, CASE WHEN state = 'QUEUED' THEN attempt - 1 ELSE attempt END,
-           'node_lost', 'RUNNING', state, @reason, @node_id
+           'node_lost', 'RUNNING', state, @reason::text, @node_id::text
     FROM run
 )
 SELECT (SELECT count(*) FROM lost) + (SELECT count(*) FROM others)`

@@ -40,12 +40,12 @@ type HeldLease struct {
 
 // NodeStep is a step the node holds, with what it may do about it.
 type NodeStep struct {
-	RunID    string         `json:"run_id"`
-	StepID   string         `json:"step_id"`
+	RunID    string          `json:"run_id"`
+	StepID   string          `json:"step_id"`
 	Spec     json.RawMessage `json:"spec"`
-	State    string         `json:"state"`
-	Runnable bool           `json:"runnable"`
-	Cancel   bool           `json:"cancel"`
+	State    string          `json:"state"`
+	Runnable bool            `json:"runnable"`
+	Cancel   bool            `json:"cancel"`
 }
 
 // heartbeatSQL is the whole routine heartbeat in one statement, so it costs one round trip:
@@ -58,26 +58,26 @@ type NodeStep struct {
 const heartbeatSQL = `
 WITH prev AS (
     SELECT boot_id, labels, draining, advert_expires_at > now() AS live
-    FROM nodes WHERE node_id = @node_id
+    FROM nodes WHERE node_id = @node_id::text
 ), stale AS (
-    SELECT run_id, epoch FROM leases WHERE node_id = @node_id AND boot_id <> @boot_id
+    SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
 ), up AS (
     INSERT INTO nodes AS n (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
-    SELECT @node_id, @labels, @boot_id, @draining, now() + @advert_ttl * interval '1 second', now()
+    SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool, now() + @advert_ttl::float8 * interval '1 second', now()
     WHERE NOT EXISTS (SELECT 1 FROM stale)
     ON CONFLICT (node_id) DO UPDATE SET labels = excluded.labels, boot_id = excluded.boot_id,
         draining = excluded.draining, advert_expires_at = excluded.advert_expires_at,
         last_seen_at = excluded.last_seen_at
     RETURNING node_id, labels, boot_id, draining, last_seen_at
 ), renew AS (
-    UPDATE leases SET expires_at = now() + @lease_ttl * interval '1 second'
-    WHERE node_id = @node_id AND boot_id = @boot_id AND EXISTS (SELECT 1 FROM up)
+    UPDATE leases SET expires_at = now() + @lease_ttl::float8 * interval '1 second'
+    WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM up)
     RETURNING run_id, role, epoch, expires_at
 )
 SELECT
     EXISTS (SELECT 1 FROM stale),
     (SELECT boot_id FROM prev),
-    coalesce((SELECT NOT live OR draining AND NOT @draining OR labels <> @labels FROM prev), true),
+    coalesce((SELECT NOT live OR draining AND NOT @draining::bool OR labels <> @labels::text[] FROM prev), true),
     up.node_id, up.labels, up.boot_id, up.draining, up.last_seen_at,
     renew.run_id, renew.epoch, renew.expires_at,
     (SELECT coalesce(json_agg(json_build_object(
@@ -223,4 +223,16 @@ func (s *Store) AvailableNodes(ctx context.Context) ([]AvailableNode, error) {
 	}
 	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AvailableNode])
 	return nodes, translate(err)
+}
+
+// ListLeases is who holds what (GET /v1/leases). alive is judged by the lease alone.
+func (s *Store) ListLeases(ctx context.Context) ([]Lease, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT node_id, run_id, role, epoch, expires_at, expires_at > now()
+		FROM leases ORDER BY node_id`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	leases, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Lease])
+	return leases, translate(err)
 }

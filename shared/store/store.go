@@ -44,6 +44,8 @@ type PoolParams struct {
 	// BeforeConnect, when set, fills in credentials for each new connection (an RDS IAM
 	// token is only good for 15 minutes, so it is minted per connection, not per process).
 	BeforeConnect func(context.Context, *pgx.ConnConfig) error
+	// Tracer sees every statement (benchmarks count round trips with it).
+	Tracer pgx.QueryTracer
 }
 
 // Connect opens a pool sized for Lambda: one environment serves one request at a time, so one
@@ -69,6 +71,7 @@ func Connect(ctx context.Context, p PoolParams) (*pgxpool.Pool, error) {
 	}
 	rp["timezone"] = "UTC"
 	cfg.BeforeConnect = p.BeforeConnect
+	cfg.ConnConfig.Tracer = p.Tracer
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: open the pool: %w", err)

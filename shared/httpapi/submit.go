@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"mediator/shared/auth"
+	"mediator/shared/match"
+	"mediator/shared/problem"
+	"mediator/shared/request"
+	"mediator/shared/store"
+)
+
+// Submit serves POST /v1/runs.
+func Submit(d Deps) Handler {
+	return handler(d, map[string]endpoint{"POST /v1/runs": {serve: submit}})
+}
+
+// unmet is a role no node of the fleet could ever serve.
+type unmet struct {
+	Role  string   `json:"role"`
+	Needs []string `json:"needs"`
+}
+
+func submit(c *call) (reply, error) {
+	if err := c.allow(auth.Client, auth.Admin); err != nil {
+		return reply{}, err
+	}
+	dry, err := c.flag("dry_run")
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	run, errs := request.Submit(body)
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	c.runID = run.RunID
+	run.Owner = c.who.Owner()
+	if dry {
+		v, err := c.d.Store.DryRun(c.ctx, run)
+		if err != nil {
+			return reply{}, err
+		}
+		return reply{http.StatusOK, map[string]any{
+			"verdict": v.Verdict, "assigned": nonNil(v.Assigned), "unmet": unmetRoles(v.Unmet), "width": v.Width,
+		}}, nil
+	}
+	res, err := c.d.Store.Submit(c.ctx, run)
+	if err != nil {
+		return reply{}, err
+	}
+	// After the commit: a run queued at the moment another handler freed its node would
+	// otherwise be missed by both.
+	c.wake()
+	switch res.Outcome {
+	case store.Placed:
+		return reply{http.StatusCreated, runBody(res.Run)}, nil
+	case store.Waiting:
+		return reply{http.StatusAccepted, runBody(res.Run)}, nil
+	case store.Unservable:
+		return reply{http.StatusUnprocessableEntity, map[string]any{"run": res.Run, "unmet": unmetRoles(res.Unmet)}}, nil
+	default:
+		return reply{http.StatusOK, runBody(res.Run)}, nil
+	}
+}
+
+func runBody(r store.Run) map[string]any { return map[string]any{"run": r} }
+
+func unmetRoles(roles []match.Role) []unmet {
+	out := []unmet{}
+	for _, r := range roles {
+		out = append(out, unmet{Role: r.Name, Needs: r.Needs})
+	}
+	return out
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,186 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/store"
+)
+
+var alice = apitest.Client("alice")
+
+func oneNodeRun(id, need string, steps ...string) map[string]any {
+	if len(steps) == 0 {
+		steps = []string{"s1"}
+	}
+	var list []map[string]any
+	for _, s := range steps {
+		list = append(list, map[string]any{"id": s, "spec": map[string]any{"cmd": "true"}})
+	}
+	return map[string]any{"run_id": id, "needs": []string{need}, "steps": list}
+}
+
+type runReply struct {
+	Run   store.Run `json:"run"`
+	Unmet []struct {
+		Role  string   `json:"role"`
+		Needs []string `json:"needs"`
+	} `json:"unmet"`
+}
+
+// The acceptance of issue 3 through the submit handler: fleet {A: board=rpi4} with a held by A.
+func TestSubmitOutcomes(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+
+	resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("a", "board=rpi4"))
+	var a runReply
+	resp.Decode(t, &a)
+	if resp.Status != 201 || a.Run.State != store.Running || a.Run.Assigned["main"] != "A" || a.Run.Roles["main"].NodeID != "A" {
+		t.Fatalf("a: %s", resp)
+	}
+
+	resp = env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4"))
+	var b runReply
+	resp.Decode(t, &b)
+	if resp.Status != 202 || b.Run.State != store.Queued || b.Run.Roles["main"].NodeID != "" {
+		t.Fatalf("b: %s", resp)
+	}
+	if strings.Contains(string(resp.Body), `"assigned"`) || strings.Contains(string(resp.Body), `"reject"`) {
+		t.Fatalf("a queued run carries no assigned and no reject: %s", resp.Body)
+	}
+	if b.Run.QueuePosition == nil || *b.Run.QueuePosition != 0 {
+		t.Fatalf("b's queue position: %v", b.Run.QueuePosition)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases WHERE run_id = 'b'`); n != 0 {
+		t.Fatalf("queued b holds %d leases", n)
+	}
+
+	resp = env.Do(alice, "POST", "/v1/runs", oneNodeRun("c", "gpu"))
+	var c runReply
+	resp.Decode(t, &c)
+	if resp.Status != 422 || c.Run.State != store.Failed || c.Run.Reason == nil || *c.Run.Reason != store.ReasonNoCapableNode ||
+		len(c.Unmet) != 1 || c.Unmet[0].Role != "main" || c.Unmet[0].Needs[0] != "gpu" {
+		t.Fatalf("c: %s", resp)
+	}
+	if got := env.Do(alice, "GET", "/v1/runs/c", nil); got.Status != 200 {
+		t.Fatalf("the FAILED run c is stored: %s", got)
+	}
+
+	resp = env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4"))
+	var again runReply
+	resp.Decode(t, &again)
+	if resp.Status != 200 || again.Run.RunID != "b" || again.Run.State != store.Queued {
+		t.Fatalf("resubmit b: %s", resp)
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4", "s1", "s2")); resp.Status != 409 ||
+		!strings.Contains(string(resp.Body), "run_id_conflict") {
+		t.Fatalf("b with another step: %s", resp)
+	}
+	// Another client reusing the id is a conflict too, and learns nothing about the run.
+	if resp := env.Do(apitest.Client("mallory"), "POST", "/v1/runs", oneNodeRun("b", "board=rpi4")); resp.Status != 409 ||
+		strings.Contains(string(resp.Body), `"run"`) {
+		t.Fatalf("b by another client: %s", resp)
+	}
+
+	before := env.Count(`SELECT count(*) FROM runs`)
+	resp = env.Do(alice, "POST", "/v1/runs?dry_run=true", oneNodeRun("b-dry", "board=rpi4"))
+	var dry struct {
+		Verdict string `json:"verdict"`
+		Width   int    `json:"width"`
+	}
+	resp.Decode(t, &dry)
+	if resp.Status != 200 || dry.Verdict != "busy" || dry.Width != 1 {
+		t.Fatalf("dry run: %s", resp)
+	}
+	if after := env.Count(`SELECT count(*) FROM runs`); after != before {
+		t.Fatalf("the dry run stored something: %d runs, then %d", before, after)
+	}
+}
+
+func TestSubmitWaitForCapacityAndTooWide(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	run := oneNodeRun("elastic", "gpu")
+	run["wait_for_capacity"] = true
+	if resp := env.Do(alice, "POST", "/v1/runs", run); resp.Status != 202 {
+		t.Fatalf("wait_for_capacity: %s", resp)
+	}
+	roles := map[string]any{}
+	var steps []map[string]any
+	for i := range 17 {
+		roles[fmt.Sprintf("r%d", i)] = map[string]any{"needs": []string{"board"}}
+		steps = append(steps, map[string]any{"id": fmt.Sprintf("s%d", i), "role": fmt.Sprintf("r%d", i)})
+	}
+	resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "wide", "roles": roles, "steps": steps})
+	var wide runReply
+	resp.Decode(t, &wide)
+	if resp.Status != 422 || wide.Run.Reason == nil || *wide.Run.Reason != store.ReasonTooWide {
+		t.Fatalf("17 roles with MAX_RUN_WIDTH 16: %s", resp)
+	}
+}
+
+// A malformed request is 400 with every problem's path, and stores nothing.
+func TestSubmitRejectsMalformed(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	body := `{"run_id": "bad id!", "roles": {"dut": {"needs": ["board=rpi4", "no spaces"]}},
+	  "steps": [{"id": "a", "role": "dut", "after": ["b"]}, {"id": "b", "role": "dut", "after": ["a"]},
+	            {"id": "c", "role": "ghost", "after": ["nope"]}], "max_attempts": 0, "colour": "red"}`
+	resp := env.Do(alice, "POST", "/v1/runs", body)
+	if resp.Status != 400 {
+		t.Fatalf("malformed: %s", resp)
+	}
+	for _, path := range []string{`"run_id"`, `"roles.dut.needs[1]"`, `"steps[0].after"`, `"steps[1].after"`,
+		`"steps[2].role"`, `"steps[2].after[0]"`, `"max_attempts"`, `"colour"`} {
+		if !strings.Contains(string(resp.Body), `"path":`+path) {
+			t.Errorf("no problem at %s in %s", path, resp.Body)
+		}
+	}
+	if n := env.Count(`SELECT count(*) FROM runs`); n != 0 {
+		t.Fatalf("a malformed request stored %d runs", n)
+	}
+}
+
+func TestSubmitNeedsAClient(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	if resp := env.Do(apitest.Nobody, "POST", "/v1/runs", oneNodeRun("x", "a")); resp.Status != 401 {
+		t.Fatalf("no principal: %s", resp)
+	}
+	if resp := env.Do(apitest.Node("n1"), "POST", "/v1/runs", oneNodeRun("x", "a")); resp.Status != 403 {
+		t.Fatalf("a node submitting: %s", resp)
+	}
+}
+
+// 50 goroutines submit the same run_id at once: one row, one 201 or 202, 200 for the rest.
+func TestConcurrentSubmitsOfOneRunID(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.PoolSize(24))
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	statuses := make(chan int, 50)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses <- env.Do(alice, "POST", "/v1/runs", oneNodeRun("same", "board=rpi4")).Status
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	if count[201]+count[202] != 1 || count[200] != 49 {
+		t.Fatalf("statuses %v", count)
+	}
+	if n := env.Count(`SELECT count(*) FROM runs WHERE run_id = 'same'`); n != 1 {
+		t.Fatalf("%d rows", n)
+	}
+}

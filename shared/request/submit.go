@@ -1,0 +1,321 @@
+package request
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+
+	"mediator/shared/problem"
+	"mediator/shared/store"
+)
+
+// Limits of SPEC.md §5 ("Submit") and what a sane client never reaches.
+const (
+	MaxSteps      = 64
+	MaxRoles      = 64
+	MaxNeeds      = 32
+	MaxSpecBytes  = 64 << 10
+	MaxMetaBytes  = 16 << 10
+	MaxRetries    = 100
+	MaxAttempts   = 100
+	MaxTimeout    = 7 * 86400
+	MaxQueueWait  = 30 * 86400
+	shorthandRole = "main"
+)
+
+var (
+	// IDPattern is run_id's and node_id's shape.
+	IDPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-z0-9._:/-]{0,127})?$`)
+)
+
+// Submit decodes POST /v1/runs. It returns the run to store — without its owner, which the
+// handler knows — or every problem found.
+func Submit(body []byte) (store.NewRun, []problem.FieldError) {
+	tree, errs := parse(body)
+	if errs != nil {
+		return store.NewRun{}, errs
+	}
+	o := newObject(tree, "", &errs)
+	if o == nil {
+		return store.NewRun{}, errs
+	}
+	var r store.NewRun
+	r.RunID = id(o, "run_id")
+	r.Roles = roles(o)
+	r.Steps = steps(o, r.Roles)
+	maxAttempts, _ := o.integer("max_attempts", 1, 1, MaxAttempts)
+	r.MaxAttempts = int(maxAttempts)
+	r.TimeoutSeconds = optionalInt(o, "timeout_seconds", MaxTimeout)
+	r.QueueTimeoutSeconds = optionalInt(o, "queue_timeout_seconds", MaxQueueWait)
+	r.WaitForCapacity = o.boolean("wait_for_capacity")
+	r.Metadata, _ = o.raw("metadata", MaxMetaBytes, true)
+	if r.Metadata == nil {
+		r.Metadata = json.RawMessage(`{}`)
+	}
+	o.done()
+	if len(errs) > 0 {
+		return store.NewRun{}, errs
+	}
+	r.RequestHash = hashRun(r)
+	return r, nil
+}
+
+// id reads a required identifier in IDPattern's shape.
+func id(o *object, key string) string {
+	s, ok := o.str(key, true)
+	if ok && !IDPattern.MatchString(s) {
+		o.fail(key, "must match "+IDPattern.String())
+		return ""
+	}
+	return s
+}
+
+// roles reads either `roles` or the one-role shorthand `needs`, sorted by name.
+func roles(o *object) []store.NewRole {
+	rolesV, hasRoles := o.get("roles", false)
+	needsV, hasNeeds := o.get("needs", false)
+	switch {
+	case hasRoles && hasNeeds:
+		o.fail("needs", "give either roles or needs (the one-role shorthand), not both")
+		return nil
+	case hasNeeds:
+		return []store.NewRole{{Name: shorthandRole, Needs: labels(o, "needs", needsV)}}
+	case !hasRoles:
+		o.fail("roles", "is required (or needs, for a run on one node)")
+		return nil
+	}
+	ro := newObject(rolesV, "roles", o.errs)
+	if ro == nil {
+		return nil
+	}
+	if len(ro.m) == 0 || len(ro.m) > MaxRoles {
+		o.fail("roles", fmt.Sprintf("must have from 1 to %d roles", MaxRoles))
+		return nil
+	}
+	names := make([]string, 0, len(ro.m))
+	for name := range ro.m {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []store.NewRole
+	for _, name := range names {
+		ro.read[name] = true
+		if !namePattern.MatchString(name) {
+			ro.fail(name, "a role name must match "+namePattern.String())
+			continue
+		}
+		role := newObject(ro.m[name], join("roles", name), o.errs)
+		if role == nil {
+			continue
+		}
+		needsV, _ := role.get("needs", true)
+		out = append(out, store.NewRole{Name: name, Needs: labels(role, "needs", needsV)})
+		role.done()
+	}
+	return out
+}
+
+// labels reads a list of labels, sorted and without duplicates (needs are a set).
+func labels(o *object, key string, v any) []string {
+	if v == nil {
+		return nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		o.fail(key, "must be an array of labels")
+		return nil
+	}
+	if len(list) > MaxNeeds {
+		o.fail(key, fmt.Sprintf("must have at most %d labels", MaxNeeds))
+		return nil
+	}
+	set := map[string]bool{}
+	for i, item := range list {
+		s, ok := item.(string)
+		if !ok || !labelPattern.MatchString(s) {
+			o.fail(fmt.Sprintf("%s[%d]", key, i), "must be a label matching "+labelPattern.String())
+			continue
+		}
+		set[s] = true
+	}
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func steps(o *object, roles []store.NewRole) []store.NewStep {
+	list, ok := o.array("steps", true, MaxSteps)
+	if !ok {
+		return nil
+	}
+	if len(list) == 0 {
+		o.fail("steps", "must have at least one step")
+		return nil
+	}
+	known := map[string]bool{}
+	for _, r := range roles {
+		known[r.Name] = true
+	}
+	shorthand := len(roles) == 1 && roles[0].Name == shorthandRole
+	var out []store.NewStep
+	index := map[string]int{}
+	for i, v := range list {
+		path := fmt.Sprintf("steps[%d]", i)
+		so := newObject(v, path, o.errs)
+		if so == nil {
+			continue
+		}
+		st := store.NewStep{ID: name(so, "id")}
+		role, hasRole := so.str("role", false)
+		switch {
+		case !hasRole && shorthand:
+			role = shorthandRole
+		case !hasRole:
+			so.fail("role", "is required")
+		case len(roles) > 0 && !known[role]:
+			so.fail("role", fmt.Sprintf("names no role of this run (%q)", role))
+		}
+		st.Role = role
+		st.After = afterList(so)
+		st.Spec, _ = so.raw("spec", MaxSpecBytes, true)
+		if st.Spec == nil {
+			st.Spec = json.RawMessage(`{}`)
+		}
+		retries, _ := so.integer("retries", 0, 0, MaxRetries)
+		st.Retries = int(retries)
+		so.done()
+		if st.ID != "" {
+			if _, dup := index[st.ID]; dup {
+				so.fail("id", fmt.Sprintf("duplicate step id %q", st.ID))
+			}
+			index[st.ID] = len(out)
+		}
+		out = append(out, st)
+	}
+	checkGraph(o, out, index)
+	for _, r := range roles {
+		if !hasStepFor(out, r.Name) {
+			o.fail(join("roles", r.Name), "has no step: every role needs at least one")
+		}
+	}
+	return out
+}
+
+func hasStepFor(steps []store.NewStep, role string) bool {
+	for _, s := range steps {
+		if s.Role == role {
+			return true
+		}
+	}
+	return false
+}
+
+func name(o *object, key string) string {
+	s, ok := o.str(key, true)
+	if ok && !namePattern.MatchString(s) {
+		o.fail(key, "must match "+namePattern.String())
+		return ""
+	}
+	return s
+}
+
+func afterList(so *object) []string {
+	list, ok := so.array("after", false, MaxSteps)
+	if !ok {
+		return []string{}
+	}
+	seen := map[string]bool{}
+	out := []string{}
+	for i, v := range list {
+		s, isStr := v.(string)
+		if !isStr || !namePattern.MatchString(s) {
+			so.fail(fmt.Sprintf("after[%d]", i), "must be a step id")
+			continue
+		}
+		if seen[s] {
+			so.fail(fmt.Sprintf("after[%d]", i), fmt.Sprintf("names %q twice", s))
+			continue
+		}
+		seen[s] = true
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkGraph: every `after` names a step of this run, and the steps form no cycle.
+func checkGraph(o *object, steps []store.NewStep, index map[string]int) {
+	for i, s := range steps {
+		for j, a := range s.After {
+			if _, ok := index[a]; !ok {
+				o.fail(fmt.Sprintf("steps[%d].after[%d]", i, j), fmt.Sprintf("names no step of this run (%q)", a))
+			} else if a == s.ID {
+				o.fail(fmt.Sprintf("steps[%d].after[%d]", i, j), "a step cannot wait for itself")
+			}
+		}
+	}
+	// Kahn: whatever cannot be ordered is on a cycle (or waits for one).
+	waiting := make([]int, len(steps))
+	dependents := map[string][]int{}
+	for i, s := range steps {
+		for _, a := range s.After {
+			if _, ok := index[a]; ok && a != s.ID {
+				waiting[i]++
+				dependents[a] = append(dependents[a], i)
+			}
+		}
+	}
+	var ready []int
+	for i, w := range waiting {
+		if w == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for len(ready) > 0 {
+		i := ready[0]
+		ready = ready[1:]
+		for _, d := range dependents[steps[i].ID] {
+			if waiting[d]--; waiting[d] == 0 {
+				ready = append(ready, d)
+			}
+		}
+	}
+	for i, w := range waiting {
+		if w > 0 {
+			o.fail(fmt.Sprintf("steps[%d].after", i), "is part of a cycle: these steps wait for each other")
+		}
+	}
+}
+
+func optionalInt(o *object, key string, maxValue int64) *int {
+	v, set := o.integer(key, 0, 1, maxValue)
+	if !set {
+		return nil
+	}
+	n := int(v)
+	return &n
+}
+
+// hashRun is the fingerprint of a submission: the same request again (in any key order, with
+// the shorthand or without) hashes the same; any difference in what would run does not.
+func hashRun(r store.NewRun) []byte {
+	canonical, _ := json.Marshal(struct {
+		RunID     string
+		Roles     []store.NewRole
+		Steps     []store.NewStep
+		Max       int
+		Timeout   *int
+		QueueWait *int
+		Wait      bool
+		Meta      json.RawMessage
+	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata})
+	sum := sha256.Sum256(canonical)
+	return sum[:]
+}

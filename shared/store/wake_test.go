@@ -1,0 +1,253 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/config"
+	"mediator/shared/store"
+)
+
+// waiting is a run that queues even when no node of the fleet could serve it yet.
+func waiting(id string, needs ...string) store.NewRun {
+	r := apitest.NewRun(id, needs...)
+	r.WaitForCapacity = true
+	return r
+}
+
+func TestWakeEmptyQueueDoesNothing(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	if res := env.Wake(); res.Promoted != 0 || res.Walked != 0 {
+		t.Fatalf("empty queue: %+v", res)
+	}
+}
+
+// One matching run is promoted with everything a RUNNING run holds.
+func TestWakePromotesAMatchingRun(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	if r := env.Submit(waiting("r1", "board=rpi4")); r.Run.State != store.Queued {
+		t.Fatalf("with no node: %s", r.Run.State)
+	}
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	if res := env.Wake(); res.Promoted != 1 {
+		t.Fatalf("wake: %+v", res)
+	}
+	run, err := env.Store.GetRun(context.Background(), "r1", store.Viewer{Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.State != store.Running || run.StartedAt == nil || run.Roles["main"].NodeID != "A" || run.Assigned["main"] != "A" {
+		t.Fatalf("promoted run: %+v", run)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases WHERE node_id = 'A' AND run_id = 'r1' AND epoch > 0 AND expires_at > now()`); n != 1 {
+		t.Fatalf("lease rows: %d", n)
+	}
+	if n := env.Count(`SELECT count(*) FROM run_events WHERE run_id = 'r1' AND kind = 'promoted' AND to_state = 'RUNNING'`); n != 1 {
+		t.Fatalf("promotion events: %d", n)
+	}
+}
+
+// Two runs want the same node: the older one gets it.
+func TestWakeKeepsArrivalOrder(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("first", "board=rpi4"))
+	env.Submit(waiting("second", "board=rpi4"))
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	env.Wake()
+	if env.State("first") != store.Running || env.State("second") != store.Queued {
+		t.Fatalf("first %s, second %s", env.State("first"), env.State("second"))
+	}
+}
+
+// Arrival order holds across shapes too: runs with different needs that both fit the node.
+func TestWakeKeepsArrivalOrderAcrossShapes(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("z-older", "usb-relay"))
+	env.Submit(waiting("a-younger", "board=rpi4"))
+	env.Exec(`UPDATE runs SET created_at = now() - interval '1 minute' WHERE run_id = 'z-older'`)
+	env.Heartbeat("A", "b1", false, "board=rpi4", "usb-relay")
+	env.Wake()
+	if env.State("z-older") != store.Running || env.State("a-younger") != store.Queued {
+		t.Fatalf("older %s, younger %s", env.State("z-older"), env.State("a-younger"))
+	}
+}
+
+// A head waiting for a GPU does not block a later run waiting for a board.
+func TestWakeBackfillsPastAHeadThatCannotGo(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("gpu-run", "gpu"))
+	env.Submit(waiting("board-run", "board=rpi4"))
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	env.Wake()
+	if env.State("gpu-run") != store.Queued || env.State("board-run") != store.Running {
+		t.Fatalf("gpu-run %s, board-run %s", env.State("gpu-run"), env.State("board-run"))
+	}
+}
+
+func TestWakeIsIdempotent(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("r1", "board=rpi4"))
+	env.Submit(waiting("r2", "board=rpi4"))
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	first, second := env.Wake(), env.Wake()
+	if first.Promoted != 1 || second.Promoted != 0 {
+		t.Fatalf("first %+v, second %+v", first, second)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases`); n != 1 {
+		t.Fatalf("%d leases", n)
+	}
+}
+
+func TestWakeNeverPlacesOnADrainingNode(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("r1", "board=rpi4"))
+	env.Heartbeat("A", "b1", true, "board=rpi4")
+	if res := env.Wake(); res.Promoted != 0 || env.State("r1") != store.Queued {
+		t.Fatalf("draining node used: %+v, %s", res, env.State("r1"))
+	}
+	env.Heartbeat("A", "b1", false, "board=rpi4")
+	if res := env.Wake(); res.Promoted != 1 {
+		t.Fatalf("after the drain was lifted: %+v", res)
+	}
+}
+
+func TestWakeRefusesLeaseTTLZero(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	st := store.New(env.Store.Pool(), store.Settings{LeaseTTL: 0, MaxRunWidth: 16}, nil)
+	if _, err := st.WakeQueued(context.Background()); !errors.Is(err, store.ErrLeaseTTL) {
+		t.Fatalf("LEASE_TTL 0: %v", err)
+	}
+}
+
+// A wide run that has waited past STARVATION_SECONDS keeps the node it could use free, so a
+// stream of narrow runs cannot starve it; it runs as soon as its second board frees up.
+func TestWakeDoesNotStarveAWideRun(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.Starvation = time.Hour }))
+	env.Heartbeat("B1", "b1", false, "board")
+	hold := env.Submit(apitest.NewRun("hold", "board"))
+	if hold.Run.State != store.Running {
+		t.Fatalf("hold: %s", hold.Run.State)
+	}
+	wide := waiting("wide", "board")
+	wide.Roles = []store.NewRole{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}}
+	wide.Steps = []store.NewStep{{ID: "sa", Role: "a", After: []string{}, Spec: []byte(`{}`)}, {ID: "sb", Role: "b", After: []string{}, Spec: []byte(`{}`)}}
+	env.Submit(wide)
+	env.Exec(`UPDATE runs SET created_at = now() - interval '2 hours' WHERE run_id = 'wide'`)
+	env.Heartbeat("B2", "b1", false, "board")
+	for i := range 5 {
+		narrow := env.Submit(apitest.NewRun(fmt.Sprintf("narrow-%d", i), "board"))
+		if narrow.Run.State != store.Queued {
+			t.Fatalf("narrow-%d took the board the starving wide run is waiting for: %s", i, narrow.Run.State)
+		}
+	}
+	env.Wake()
+	if n := env.Count(`SELECT count(*) FROM leases WHERE node_id = 'B2'`); n != 0 {
+		t.Fatal("B2 was given to a younger run")
+	}
+	// The held board frees up: the wide run goes first, on both boards.
+	env.Exec(`UPDATE steps SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'hold'`)
+	env.Exec(`DELETE FROM leases WHERE run_id = 'hold'`)
+	env.Exec(`UPDATE runs SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'hold'`)
+	env.Wake()
+	if env.State("wide") != store.Running {
+		t.Fatalf("wide: %s", env.State("wide"))
+	}
+}
+
+// Without starvation protection a young wide run does not hold up narrow ones (backfill).
+func TestWakeBackfillsPastAYoungWideRun(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.Starvation = time.Hour }))
+	env.Heartbeat("B1", "b1", false, "board")
+	env.Submit(apitest.NewRun("hold", "board"))
+	wide := waiting("wide", "board")
+	wide.Roles = []store.NewRole{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}}
+	wide.Steps = []store.NewStep{{ID: "sa", Role: "a", After: []string{}, Spec: []byte(`{}`)}, {ID: "sb", Role: "b", After: []string{}, Spec: []byte(`{}`)}}
+	env.Submit(wide)
+	env.Submit(apitest.NewRun("narrow", "board"))
+	env.Heartbeat("B2", "b1", false, "board")
+	env.Wake()
+	if env.State("narrow") != store.Running || env.State("wide") != store.Queued {
+		t.Fatalf("narrow %s, wide %s", env.State("narrow"), env.State("wide"))
+	}
+}
+
+// 20 goroutines wake a queue of 200 runs over 10 nodes at once: no node is leased twice, no
+// run promoted twice, and when they have all returned no queued run could use a free node.
+func TestConcurrentWakes(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.PoolSize(24))
+	for i := range 200 {
+		env.Submit(waiting(fmt.Sprintf("run-%03d", i), fmt.Sprintf("pool=%d", i%3)))
+	}
+	for i := range 10 {
+		env.Heartbeat(fmt.Sprintf("node-%d", i), "b1", false, fmt.Sprintf("pool=%d", i%3))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := env.Store.WakeQueued(context.Background()); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("wake: %v", err)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases`); n != 10 {
+		t.Fatalf("%d leases over 10 nodes", n)
+	}
+	if n := env.Count(`SELECT count(*) FROM (SELECT node_id FROM leases GROUP BY node_id HAVING count(*) > 1) x`); n != 0 {
+		t.Fatalf("%d nodes leased twice", n)
+	}
+	if n := env.Count(`SELECT count(*) FROM (SELECT run_id, attempt FROM run_events WHERE to_state = 'RUNNING'
+		GROUP BY run_id, attempt HAVING count(*) > 1) x`); n != 0 {
+		t.Fatalf("%d runs promoted twice", n)
+	}
+	if n := env.Count(`SELECT count(*) FROM runs WHERE state = 'RUNNING'`); n != 10 {
+		t.Fatalf("%d running", n)
+	}
+	// Arrival order within each pool: the oldest runs of each got the nodes.
+	if n := env.Count(`SELECT count(*) FROM runs r WHERE r.state = 'QUEUED' AND EXISTS (
+		SELECT 1 FROM runs o JOIN run_roles ro ON ro.run_id = o.run_id WHERE o.state = 'RUNNING' AND o.shape = r.shape
+		AND (o.created_at, o.run_id) > (r.created_at, r.run_id))`); n != 0 {
+		t.Fatalf("%d queued runs were overtaken by a younger run of their shape", n)
+	}
+	if res := env.Wake(); res.Promoted != 0 {
+		t.Fatalf("a queued run was left next to a free node: %+v", res)
+	}
+}
+
+// With no available node, the wake's cost does not depend on the depth of the queue.
+func TestWakeIdleCostIsOneQueryAtAnyDepth(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	env.Submit(apitest.NewRun("hold", "board"))
+	for i := range 300 {
+		env.Submit(apitest.NewRun(fmt.Sprintf("q-%d", i), "board"))
+	}
+	if res := env.Wake(); res.Walked != 0 || res.Promoted != 0 || res.Sweeps != 1 {
+		t.Fatalf("idle wake over 300 queued runs: %+v", res)
+	}
+}
