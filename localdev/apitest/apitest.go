@@ -250,3 +250,25 @@ func (e *Env) State(runID string) string {
 	}
 	return state
 }
+
+// Beat is a node's heartbeat through the nodes handler, as the node itself.
+func (e *Env) Beat(nodeID, bootID string, draining bool, labels ...string) (Response, Beat) {
+	e.T.Helper()
+	if labels == nil {
+		labels = []string{}
+	}
+	resp := e.Do(Node(nodeID), "PUT", "/v1/nodes/"+nodeID, map[string]any{"boot_id": bootID, "labels": labels, "draining": draining})
+	var b Beat
+	if resp.Status == 200 {
+		resp.Decode(e.T, &b)
+	}
+	return resp, b
+}
+
+// Beat is a heartbeat's answer.
+type Beat struct {
+	Node                 store.Node       `json:"node"`
+	Lease                *store.HeldLease `json:"lease"`
+	Steps                []store.NodeStep `json:"steps"`
+	NextHeartbeatSeconds int              `json:"next_heartbeat_seconds"`
+}

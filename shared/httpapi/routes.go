@@ -34,5 +34,6 @@ func Functions(d Deps) map[string]Handler {
 	return map[string]Handler{
 		"submit": Submit(d),
 		"query":  Query(d),
+		"nodes":  Nodes(d),
 	}
 }

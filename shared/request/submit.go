@@ -119,8 +119,11 @@ func roles(o *object) []store.NewRole {
 	return out
 }
 
-// labels reads a list of labels, sorted and without duplicates (needs are a set).
-func labels(o *object, key string, v any) []string {
+// labels reads a role's needs: a set of labels, sorted and without duplicates.
+func labels(o *object, key string, v any) []string { return labelsUpTo(o, key, v, MaxNeeds) }
+
+// labelsUpTo reads a list of at most limit labels, sorted and without duplicates.
+func labelsUpTo(o *object, key string, v any, limit int) []string {
 	if v == nil {
 		return nil
 	}
@@ -129,8 +132,8 @@ func labels(o *object, key string, v any) []string {
 		o.fail(key, "must be an array of labels")
 		return nil
 	}
-	if len(list) > MaxNeeds {
-		o.fail(key, fmt.Sprintf("must have at most %d labels", MaxNeeds))
+	if len(list) > limit {
+		o.fail(key, fmt.Sprintf("must have at most %d labels", limit))
 		return nil
 	}
 	set := map[string]bool{}

@@ -20,7 +20,9 @@ var (
 	ErrNotRunnable     = errors.New("store: the step is not runnable yet")
 	ErrResultConflict  = errors.New("store: the step already has a different final result")
 	ErrRunNotLive      = errors.New("store: the run has already finished")
-	ErrNodeTaken       = errors.New("store: the node already holds a lease")
+	// ErrNodeTaken: the node is no longer what the decision saw — another transaction leased
+	// it, or it restarted — so the write was refused. A lost race, never a client's mistake.
+	ErrNodeTaken = errors.New("store: the node was leased or restarted by another transaction")
 	ErrLeaseTTL        = errors.New("store: LEASE_TTL must be positive; refusing to grant a lease that never expires")
 	// ErrInvariant is a write PostgreSQL refused because it would break a rule of SPEC.md §3.
 	// Seeing it means a bug in this package, never a client mistake.
@@ -43,6 +45,12 @@ func (e *ConstraintError) Unwrap() error { return e.Err }
 var constraintErrors = map[string]error{
 	"leases_pkey":              ErrNodeTaken,
 	"run_roles_distinct_nodes": ErrNodeTaken,
+	// A lease inserted under the boot the promotion read, committing after a restart changed
+	// it — or a restart committing after a promotion it did not see. Either way, retry.
+	"leases_held_under_current_boot": ErrNodeTaken,
+	// Two first heartbeats of one node at once: the second's upsert trips the second unique
+	// index before its ON CONFLICT (node_id) can turn it into an update. Retrying does.
+	"nodes_node_id_boot_id_key": ErrRetry,
 }
 
 // translate turns a pgx error into the store's vocabulary, keeping the original wrapped for

@@ -80,8 +80,8 @@ SELECT (SELECT count(*) FROM lost) + (SELECT count(*) FROM others)`
 // was about. It returns how many leases were released: 0 when another writer (a renewal, a
 // second reaper, a settle) got there first, which is not an error.
 func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (int, error) {
-	// The run's row first. Every writer of a run locks the run before its leases; taking the
-	// lease first here deadlocked against a result that was releasing the same node.
+	// The run's row before the lease (node, run, lease is the order every writer keeps):
+	// taking the lease first deadlocked against a result releasing the same node.
 	var runID string
 	err := tx.QueryRow(ctx, `
 		SELECT r.run_id FROM leases l JOIN runs r ON r.run_id = l.run_id

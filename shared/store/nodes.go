@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"mediator/shared/match"
 )
 
 // HeartbeatParams is one node's advert.
@@ -95,26 +98,43 @@ LEFT JOIN renew ON true`
 // Heartbeat registers or refreshes a node's advert, renews the lease it holds under this
 // boot, and answers with its steps. A heartbeat under a new boot_id is a restart: the lease
 // held under the old boot is released at once and its run loses the node (SPEC.md §7).
+//
+// A heartbeat that loses a race to another writer of the same node — a promotion onto the
+// boot it is replacing, a twin first heartbeat — was refused whole by a constraint, and is
+// simply tried again: the next try sees what the other writer committed.
 func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResult, error) {
 	args := pgx.NamedArgs{
 		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(),
 	}
-	res, restarted, err := scanHeartbeat(s.pool.QueryRow(ctx, heartbeatSQL, args))
-	if err != nil {
-		return HeartbeatResult{}, translate(err)
+	var err error
+	for range 4 {
+		var res HeartbeatResult
+		var restarted bool
+		res, restarted, err = scanHeartbeat(s.pool.QueryRow(ctx, heartbeatSQL, args))
+		err = translate(err)
+		if err == nil && restarted {
+			res, err = s.heartbeatAfterRestart(ctx, p, args)
+		}
+		if !errors.Is(err, ErrRetry) && !errors.Is(err, ErrNodeTaken) {
+			return res, err
+		}
 	}
-	if !restarted {
-		return res, nil
-	}
-	return s.heartbeatAfterRestart(ctx, p, args)
+	return HeartbeatResult{}, err
 }
 
 // heartbeatAfterRestart releases the lease held under the node's previous boot, then takes
-// the advert: one transaction, run row locked before its leases like every other writer.
+// the advert, in one transaction.
+//
+// Lock order, for every writer in this package: node, then run, then lease. The routine
+// heartbeat holds its node row while it renews the lease; when this path took the lease
+// before the node, the two deadlocked on every restart under load.
 func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, args pgx.NamedArgs) (HeartbeatResult, error) {
 	var res HeartbeatResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE node_id = $1 FOR UPDATE`, p.NodeID); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT node_id, epoch FROM leases WHERE node_id = $1 AND boot_id <> $2`, p.NodeID, p.BootID)
 		if err != nil {
 			return err
@@ -235,4 +255,130 @@ func (s *Store) ListLeases(ctx context.Context) ([]Lease, error) {
 	}
 	leases, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Lease])
 	return leases, translate(err)
+}
+
+// RemoveResult is what removing a node did.
+type RemoveResult struct {
+	Released   int `json:"released"`    // leases released (the node's and its run-mates')
+	Unservable int `json:"runs_failed"` // queued runs no remaining node could ever serve
+}
+
+// RemoveNode takes a node out of the fleet (DELETE /v1/nodes/{node_id}). A run holding it loses
+// it (reason node_removed); then queued runs that no remaining node could ever serve fail
+// no_capable_node, unless they asked to wait for capacity.
+func (s *Store) RemoveNode(ctx context.Context, nodeID string) (RemoveResult, error) {
+	var res RemoveResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var epoch *int64
+		err := tx.QueryRow(ctx, `
+			SELECT (SELECT epoch FROM leases l WHERE l.node_id = n.node_id)
+			FROM nodes n WHERE n.node_id = $1 FOR UPDATE OF n`, nodeID).Scan(&epoch)
+		if err != nil {
+			return err
+		}
+		if epoch != nil {
+			n, err := s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: ReasonNodeRemoved})
+			if err != nil {
+				return err
+			}
+			res.Released = n
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM nodes WHERE node_id = $1`, nodeID)
+		if err == nil && tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return RemoveResult{}, err
+	}
+	res.Unservable, err = s.failUnservable(ctx)
+	return res, err
+}
+
+// unservableBatch bounds each transaction that fails unservable runs.
+const unservableBatch = 500
+
+// fleetPrintSQL fingerprints the fleet: its nodes and their labels.
+const fleetPrintSQL = `SELECT coalesce(md5(string_agg(node_id || ':' || array_to_string(labels, ','), ';' ORDER BY node_id)), '') FROM nodes`
+
+// failUnservableSQL fails one batch of queued runs of a shape — but only while the fleet is
+// still the fleet the decision was made over (same nodes, same labels): a node that joined in
+// between could serve them.
+const failUnservableSQL = `
+WITH doomed AS (
+    SELECT run_id FROM runs
+    WHERE state = 'QUEUED' AND shape = @shape::text AND NOT wait_for_capacity
+      AND (` + fleetPrintSQL + `) = @fleet::text
+    ORDER BY created_at, run_id LIMIT @batch::int
+    FOR UPDATE SKIP LOCKED
+), failed AS (
+    UPDATE runs r SET state = 'FAILED', reason = 'no_capable_node', finished_at = now(), deadline_at = NULL
+    FROM doomed d WHERE r.run_id = d.run_id AND r.state = 'QUEUED'
+    RETURNING r.run_id, r.attempt
+), steps AS (
+    UPDATE steps s SET state = 'SKIPPED', finished_at = now()
+    FROM failed f WHERE s.run_id = f.run_id AND s.state = 'PENDING'
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
+    SELECT run_id, attempt, 'unservable', 'QUEUED', 'FAILED', 'no_capable_node' FROM failed
+)
+SELECT count(*) FROM failed`
+
+// failUnservable fails the queued runs that no node of the fleet, live or not, could ever
+// serve (SPEC.md §5, reap step 6; DELETE /v1/nodes). It returns how many it failed.
+func (s *Store) failUnservable(ctx context.Context) (int, error) {
+	var fleetPrint string
+	if err := s.pool.QueryRow(ctx, fleetPrintSQL).Scan(&fleetPrint); err != nil {
+		return 0, translate(err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT shape FROM runs WHERE state = 'QUEUED' AND NOT wait_for_capacity`)
+	if err != nil {
+		return 0, translate(err)
+	}
+	shapes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(shapes) == 0 {
+		return 0, translate(err)
+	}
+	fleet, err := s.ListNodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	failed := 0
+	for _, shape := range shapes {
+		if servable(shape, fleet) {
+			continue
+		}
+		for {
+			var n int
+			if err := s.pool.QueryRow(ctx, failUnservableSQL, pgx.NamedArgs{
+				"shape": shape, "fleet": fleetPrint, "batch": unservableBatch,
+			}).Scan(&n); err != nil {
+				return failed, translate(err)
+			}
+			failed += n
+			if n < unservableBatch {
+				break
+			}
+		}
+	}
+	return failed, nil
+}
+
+// servable reports whether some matching of the shape's roles onto the fleet exists.
+func servable(shape string, fleet []Node) bool {
+	var needs [][]string
+	if err := json.Unmarshal([]byte(shape), &needs); err != nil {
+		return true // not ours to judge; never fail a run on a parse error
+	}
+	roles := make([]match.Role, len(needs))
+	for i, n := range needs {
+		roles[i] = match.Role{Name: strconv.Itoa(i), Needs: n}
+	}
+	nodes := make([]match.Node, len(fleet))
+	for i, n := range fleet {
+		nodes[i] = match.Node{ID: n.NodeID, Labels: n.Labels}
+	}
+	_, unmet := match.Assign(roles, nodes)
+	return len(unmet) == 0
 }

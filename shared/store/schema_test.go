@@ -60,7 +60,7 @@ func TestConstraintsHaveNames(t *testing.T) {
 		{"two roles on one node", `INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES ('r1', 'aux', 1, '{}', 'n1')`,
 			"run_roles_distinct_nodes", store.ErrNodeTaken},
 		// A restart must release the lease held under the old boot — refused at COMMIT.
-		{"lease outlives its boot", `UPDATE nodes SET boot_id = 'b2' WHERE node_id = 'n1'`, "leases_held_under_current_boot", store.ErrInvariant},
+		{"lease outlives its boot", `UPDATE nodes SET boot_id = 'b2' WHERE node_id = 'n1'`, "leases_held_under_current_boot", store.ErrNodeTaken},
 		{"lease on a node the role was not given", `UPDATE run_roles SET node_id = 'n2' WHERE run_id = 'r1'`, "leases_match_role_assignment", store.ErrInvariant},
 		{"settled with a step left", `UPDATE runs SET state = 'CANCELLED', reason = 'cancelled', finished_at = now() WHERE run_id = 'q1'`,
 			"runs_settled_with_steps_final", store.ErrInvariant},

@@ -1,0 +1,87 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"mediator/shared/auth"
+	"mediator/shared/problem"
+	"mediator/shared/request"
+	"mediator/shared/store"
+)
+
+// Nodes serves the node routes: the heartbeat, and removal from the fleet.
+func Nodes(d Deps) Handler {
+	return handler(d, map[string]endpoint{
+		"PUT /v1/nodes/{node_id}":    {serve: heartbeat},
+		"DELETE /v1/nodes/{node_id}": {serve: removeNode},
+	})
+}
+
+// heartbeat registers or refreshes the node's advert, renews its lease, and answers with its
+// steps. It wakes the queue only when this heartbeat made capacity appear.
+func heartbeat(c *call) (reply, error) {
+	nodeID, err := c.nodeSelf()
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	p, errs := request.Heartbeat(nodeID, body)
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	res, err := c.d.Store.Heartbeat(c.ctx, p)
+	if err != nil {
+		return reply{}, err
+	}
+	if res.Lease != nil {
+		c.runID = res.Lease.RunID
+	}
+	if res.CapacityAppeared {
+		c.wake()
+	}
+	steps := res.Steps
+	if steps == nil {
+		steps = []store.NodeStep{}
+	}
+	return reply{http.StatusOK, map[string]any{
+		"node": res.Node, "lease": res.Lease, "steps": steps,
+		"next_heartbeat_seconds": int(c.d.Config.HeartbeatEvery().Seconds()),
+	}}, nil
+}
+
+// removeNode takes a node out of the fleet (admin). Its lease, if any, is released.
+func removeNode(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return reply{}, err
+	}
+	res, err := c.d.Store.RemoveNode(c.ctx, nodeID)
+	if err != nil {
+		return reply{}, err
+	}
+	if res.Released > 0 {
+		c.wake()
+	}
+	return reply{http.StatusOK, map[string]any{"node_id": nodeID, "released": res.Released, "runs_failed": res.Unservable}}, nil
+}
+
+// nodeSelf is the node id of a node route, which only that node (or an admin) may use.
+func (c *call) nodeSelf() (string, error) {
+	if err := c.allow(auth.Node, auth.Admin); err != nil {
+		return "", err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return "", err
+	}
+	if c.who.Kind == auth.Node && c.who.ID != nodeID {
+		return "", problem.New(problem.Forbidden, "a node may only act as itself")
+	}
+	return nodeID, nil
+}
