@@ -23,7 +23,7 @@ var (
 	// ErrNodeTaken: the node is no longer what the decision saw — another transaction leased
 	// it, or it restarted — so the write was refused. A lost race, never a client's mistake.
 	ErrNodeTaken = errors.New("store: the node was leased or restarted by another transaction")
-	ErrLeaseTTL        = errors.New("store: LEASE_TTL must be positive; refusing to grant a lease that never expires")
+	ErrLeaseTTL  = errors.New("store: LEASE_TTL must be positive; refusing to grant a lease that never expires")
 	// ErrInvariant is a write PostgreSQL refused because it would break a rule of SPEC.md §3.
 	// Seeing it means a bug in this package, never a client mistake.
 	ErrInvariant = errors.New("store: invariant violated")
