@@ -272,3 +272,50 @@ type Beat struct {
 	Steps                []store.NodeStep `json:"steps"`
 	NextHeartbeatSeconds int              `json:"next_heartbeat_seconds"`
 }
+
+// Report sends a step report as the node, under the lease it holds.
+func (e *Env) Report(node, boot string, epoch int64, runID, stepID, status string) Response {
+	e.T.Helper()
+	return e.Do(Node(node), "POST", "/v1/runs/"+runID+"/steps/"+stepID+"/result", map[string]any{
+		"node_id": node, "boot_id": boot, "epoch": epoch, "status": status, "exit_code": 0,
+	})
+}
+
+// Epoch is the epoch of the lease a node holds (0 for none).
+func (e *Env) Epoch(node string) int64 {
+	e.T.Helper()
+	var epoch int64
+	_ = e.Store.Pool().QueryRow(context.Background(), `SELECT epoch FROM leases WHERE node_id = $1`, node).Scan(&epoch)
+	return epoch
+}
+
+// Finish runs every runnable step of runID that the node holds to the status given, through
+// the result handler, until the node has nothing of that run left to run.
+func (e *Env) Finish(node, boot, runID, status string) {
+	e.T.Helper()
+	for range 100 {
+		_, beat := e.Beat(node, boot, false, e.labels(node)...)
+		ran := false
+		for _, st := range beat.Steps {
+			if !st.Runnable || st.RunID != runID {
+				continue
+			}
+			if r := e.Report(node, boot, beat.Lease.Epoch, st.RunID, st.StepID, "started"); r.Status != 200 {
+				e.T.Fatalf("%s started %s: %s", node, st.StepID, r)
+			}
+			if r := e.Report(node, boot, beat.Lease.Epoch, st.RunID, st.StepID, status); r.Status != 200 {
+				e.T.Fatalf("%s %s %s: %s", node, status, st.StepID, r)
+			}
+			ran = true
+		}
+		if !ran {
+			return
+		}
+	}
+}
+
+func (e *Env) labels(node string) []string {
+	var labels []string
+	_ = e.Store.Pool().QueryRow(context.Background(), `SELECT labels FROM nodes WHERE node_id = $1`, node).Scan(&labels)
+	return labels
+}

@@ -35,5 +35,7 @@ func Functions(d Deps) map[string]Handler {
 		"submit": Submit(d),
 		"query":  Query(d),
 		"nodes":  Nodes(d),
+		"result": Result(d),
+		"cancel": Cancel(d),
 	}
 }

@@ -64,6 +64,9 @@ func Submit(body []byte) (store.NewRun, []problem.FieldError) {
 	return r, nil
 }
 
+// StepIDPattern is a step id's and a role name's shape.
+var StepIDPattern = namePattern
+
 // id reads a required identifier in IDPattern's shape.
 func id(o *object, key string) string {
 	s, ok := o.str(key, true)

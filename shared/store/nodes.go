@@ -302,28 +302,15 @@ const unservableBatch = 500
 // fleetPrintSQL fingerprints the fleet: its nodes and their labels.
 const fleetPrintSQL = `SELECT coalesce(md5(string_agg(node_id || ':' || array_to_string(labels, ','), ';' ORDER BY node_id)), '') FROM nodes`
 
-// failUnservableSQL fails one batch of queued runs of a shape — but only while the fleet is
+// unservableDue selects one batch of queued runs of a shape — but only while the fleet is
 // still the fleet the decision was made over (same nodes, same labels): a node that joined in
 // between could serve them.
-const failUnservableSQL = `
-WITH doomed AS (
-    SELECT run_id FROM runs
-    WHERE state = 'QUEUED' AND shape = @shape::text AND NOT wait_for_capacity
-      AND (` + fleetPrintSQL + `) = @fleet::text
-    ORDER BY created_at, run_id LIMIT @batch::int
-    FOR UPDATE SKIP LOCKED
-), failed AS (
-    UPDATE runs r SET state = 'FAILED', reason = 'no_capable_node', finished_at = now(), deadline_at = NULL
-    FROM doomed d WHERE r.run_id = d.run_id AND r.state = 'QUEUED'
-    RETURNING r.run_id, r.attempt
-), steps AS (
-    UPDATE steps s SET state = 'SKIPPED', finished_at = now()
-    FROM failed f WHERE s.run_id = f.run_id AND s.state = 'PENDING'
-), event AS (
-    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
-    SELECT run_id, attempt, 'unservable', 'QUEUED', 'FAILED', 'no_capable_node' FROM failed
-)
-SELECT count(*) FROM failed`
+const unservableDue = `
+	SELECT run_id FROM runs
+	WHERE state = 'QUEUED' AND shape = @shape::text AND NOT wait_for_capacity
+	  AND (` + fleetPrintSQL + `) = @fleet::text
+	ORDER BY created_at, run_id LIMIT @batch::int
+	FOR UPDATE SKIP LOCKED`
 
 // failUnservable fails the queued runs that no node of the fleet, live or not, could ever
 // serve (SPEC.md §5, reap step 6; DELETE /v1/nodes). It returns how many it failed.
@@ -350,11 +337,13 @@ func (s *Store) failUnservable(ctx context.Context) (int, error) {
 			continue
 		}
 		for {
-			var n int
-			if err := s.pool.QueryRow(ctx, failUnservableSQL, pgx.NamedArgs{
-				"shape": shape, "fleet": fleetPrint, "batch": unservableBatch,
-			}).Scan(&n); err != nil {
-				return failed, translate(err)
+			n, _, err := endRuns(ctx, s.pool, ending{
+				due: unservableDue, from: Queued, state: Failed, reason: ReasonNoCapableNode,
+				kind: "unservable", pendingTo: Skipped,
+				args: pgx.NamedArgs{"shape": shape, "fleet": fleetPrint, "batch": unservableBatch},
+			})
+			if err != nil {
+				return failed, err
 			}
 			failed += n
 			if n < unservableBatch {

@@ -1,0 +1,137 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/store"
+)
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "board")
+	env.Beat("B", "boot-1", false, "board")
+
+	// A run on A with one step running; a run on B; one queued.
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("running", "board", "s1", "s2"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("forced", "board"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("queued", "board"))
+	onA := getRun(t, env, "running").Assigned["main"]
+	e := env.Epoch(onA)
+	env.Report(onA, "boot-1", e, "running", "s1", "started")
+
+	if resp := env.Do(alice, "POST", "/v1/runs/queued/cancel", map[string]any{"reason": "changed my mind"}); resp.Status != 200 ||
+		getRun(t, env, "queued").State != store.Cancelled {
+		t.Fatalf("cancel queued: %s", resp)
+	}
+
+	resp := env.Do(alice, "POST", "/v1/runs/running/cancel", map[string]any{"reason": "stop"})
+	got := getRun(t, env, "running")
+	if resp.Status != 202 || got.State != store.Running || got.CancelRequestedAt == nil || got.Steps[1].State != store.Cancelled {
+		t.Fatalf("cancel running: %s", resp)
+	}
+	first := *got.CancelRequestedAt
+	env.Do(alice, "POST", "/v1/runs/running/cancel", nil)
+	if again := getRun(t, env, "running"); !again.CancelRequestedAt.Equal(first) || *again.CancelReason != "stop" {
+		t.Fatalf("the first cancel's time and reason are kept: %v %v", again.CancelRequestedAt, again.CancelReason)
+	}
+	if _, beat := env.Beat(onA, "boot-1", false, "board"); len(beat.Steps) != 1 || !beat.Steps[0].Cancel {
+		t.Fatalf("the node sees cancel: %+v", beat.Steps)
+	}
+	if r := env.Report(onA, "boot-1", e, "running", "s1", "cancelled"); r.Status != 200 {
+		t.Fatalf("acknowledge: %s", r)
+	}
+	if got := getRun(t, env, "running"); got.State != store.Cancelled || *got.Reason != store.ReasonCancelled {
+		t.Fatalf("after the acknowledgement: %s", got.State)
+	}
+
+	if resp := env.Do(alice, "POST", "/v1/runs/forced/cancel", map[string]any{"force": true}); resp.Status != 403 {
+		t.Fatalf("a client forcing: %s", resp)
+	}
+	if resp := env.Do(apitest.Admin, "POST", "/v1/runs/forced/cancel", map[string]any{"force": true}); resp.Status != 200 ||
+		getRun(t, env, "forced").State != store.Cancelled {
+		t.Fatalf("force: %s", resp)
+	}
+
+	resp = env.Do(alice, "POST", "/v1/runs/running/cancel", nil)
+	if resp.Status != 409 || !strings.Contains(string(resp.Body), "run_not_live") || !strings.Contains(string(resp.Body), `"CANCELLED"`) {
+		t.Fatalf("cancel a finished run: %s", resp)
+	}
+	if resp := env.Do(apitest.Client("bob"), "POST", "/v1/runs/running/cancel", nil); resp.Status != 404 {
+		t.Fatalf("cancel somebody else's run: %s", resp)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases`); n != 0 {
+		t.Fatalf("%d leases left", n)
+	}
+	env.CheckInvariants()
+}
+
+// 20 goroutines send cancel and the final result of the same run at once: exactly one final
+// state, never CANCELLED with a success recorded after it, no lease left.
+func TestCancelRacesTheFinalResult(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	t.Cleanup(func() { t.Logf("outcomes: %v", outcomes) })
+	for round := range 8 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			t.Parallel()
+			env := apitest.New(t, apitest.PoolSize(24))
+			env.Beat("A", "boot-1", false, "board")
+			env.Do(alice, "POST", "/v1/runs", oneNodeRun("r", "board"))
+			e := env.Epoch("A")
+			env.Report("A", "boot-1", e, "r", "s1", "started")
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					var resp apitest.Response
+					switch g % 4 {
+					case 0:
+						resp = env.Do(apitest.Admin, "POST", "/v1/runs/r/cancel", map[string]any{"force": true})
+					case 2:
+						resp = env.Do(alice, "POST", "/v1/runs/r/cancel", nil)
+					default:
+						resp = env.Report("A", "boot-1", e, "r", "s1", "succeeded")
+					}
+					if resp.Status >= 500 {
+						t.Errorf("%s", resp)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			got := getRun(t, env, "r")
+			if !store.Terminal(got.State) {
+				// Only cancels won: the run waits for the node to acknowledge.
+				if got.State != store.Running || got.CancelRequestedAt == nil {
+					t.Fatalf("state %s", got.State)
+				}
+				return
+			}
+			if n := env.Count(`SELECT count(*) FROM run_events WHERE run_id = 'r' AND to_state IN ('SUCCEEDED','FAILED','CANCELLED')`); n != 1 {
+				t.Fatalf("%d final events", n)
+			}
+			mu.Lock()
+			outcomes[got.State]++
+			mu.Unlock()
+			if got.State == store.Cancelled && got.Steps[0].State == store.Succeeded {
+				t.Fatal("a success was recorded on a cancelled run")
+			}
+			if got.State == store.Succeeded && got.Steps[0].State != store.Succeeded {
+				t.Fatalf("SUCCEEDED with its step %s", got.Steps[0].State)
+			}
+			if n := env.Count(`SELECT count(*) FROM leases`); n != 0 {
+				t.Fatalf("%d leases left", n)
+			}
+			env.CheckInvariants()
+		})
+	}
+}

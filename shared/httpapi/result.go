@@ -1,0 +1,53 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"mediator/shared/auth"
+	"mediator/shared/problem"
+	"mediator/shared/request"
+)
+
+// Result serves POST /v1/runs/{run_id}/steps/{step_id}/result.
+func Result(d Deps) Handler {
+	return handler(d, map[string]endpoint{"POST /v1/runs/{run_id}/steps/{step_id}/result": {serve: result}})
+}
+
+// result applies a node's step report. Only the node the step is assigned to may report, under
+// the lease it holds; anything else is 409 stale_assignment and the node must drop the work.
+func result(c *call) (reply, error) {
+	if err := c.allow(auth.Node); err != nil {
+		return reply{}, err
+	}
+	runID, err := c.pathID("run_id")
+	if err != nil {
+		return reply{}, err
+	}
+	c.runID = runID
+	stepID := c.req.PathParameters["step_id"]
+	if !request.StepIDPattern.MatchString(stepID) {
+		return reply{}, problem.New(problem.NotFound, "")
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	p, prob := request.Result(runID, stepID, body)
+	if prob != nil {
+		return reply{}, prob
+	}
+	if p.NodeID != c.who.ID {
+		return reply{}, problem.New(problem.Forbidden, "a node reports only as itself")
+	}
+	res, err := c.d.Store.Report(c.ctx, p)
+	if err != nil {
+		return reply{}, err
+	}
+	if res.Released > 0 {
+		c.wake() // a rollback (retry) releases nothing, so it never gets here
+	}
+	return reply{http.StatusOK, map[string]any{
+		"run_id": runID, "step_id": stepID, "step_state": res.StepState, "run_state": res.RunState,
+		"next": res.Next,
+	}}, nil
+}

@@ -1,0 +1,94 @@
+package request
+
+import (
+	"fmt"
+	"math"
+
+	"mediator/shared/problem"
+	"mediator/shared/store"
+)
+
+// Size limits of a step report (SPEC.md §5, Result). Past them the report is refused whole
+// with 413: a truncated message would be a silent lie about what the step said.
+const (
+	MaxMessageBytes = 4 << 10
+	MaxOutputBytes  = 64 << 10
+	MaxReasonBytes  = 1 << 10
+)
+
+// Result decodes POST /v1/runs/{run_id}/steps/{step_id}/result.
+func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Problem) {
+	tree, errs := parse(body)
+	if errs != nil {
+		return store.ReportParams{}, problem.Invalid(errs)
+	}
+	o := newObject(tree, "", &errs)
+	if o == nil {
+		return store.ReportParams{}, problem.Invalid(errs)
+	}
+	p := store.ReportParams{RunID: runID, StepID: stepID, NodeID: id(o, "node_id"), BootID: id(o, "boot_id")}
+	if v, ok := o.m["epoch"]; !ok || v == nil {
+		o.fail("epoch", "is required")
+	}
+	p.Epoch, _ = o.integer("epoch", 0, 1, math.MaxInt64)
+	status, _ := o.str("status", true)
+	switch status {
+	case store.ReportStarted, store.ReportSucceeded, store.ReportFailed, store.ReportCancelled, "":
+		p.Status = status
+	default:
+		o.fail("status", "must be one of started, succeeded, failed, cancelled")
+	}
+	if v, set := o.integer("exit_code", 0, math.MinInt32, math.MaxInt32); set {
+		code := int(v)
+		p.ExitCode = &code
+	}
+	var tooLarge *problem.Problem
+	p.Message, tooLarge = boundedText(o, "message", MaxMessageBytes, tooLarge)
+	p.Output, tooLarge = boundedText(o, "output", MaxOutputBytes, tooLarge)
+	o.done()
+	if len(errs) > 0 {
+		return store.ReportParams{}, problem.Invalid(errs)
+	}
+	if tooLarge != nil {
+		return store.ReportParams{}, tooLarge
+	}
+	return p, nil
+}
+
+func boundedText(o *object, key string, limit int, prev *problem.Problem) (*string, *problem.Problem) {
+	s, ok := o.str(key, false)
+	if !ok {
+		return nil, prev
+	}
+	if len(s) > limit {
+		if prev == nil {
+			prev = problem.New(problem.PayloadTooLarge, fmt.Sprintf("%s must be at most %d bytes", key, limit))
+			prev.Errors = []problem.FieldError{{Path: key, Message: fmt.Sprintf("must be at most %d bytes", limit)}}
+		}
+		return nil, prev
+	}
+	return &s, prev
+}
+
+// Cancel decodes POST /v1/runs/{run_id}/cancel: {"reason", "force"}, both optional; an empty
+// body is a plain cancel.
+func Cancel(body []byte) (reason string, force bool, errs []problem.FieldError) {
+	if len(body) == 0 {
+		return "", false, nil
+	}
+	tree, errs := parse(body)
+	if errs != nil {
+		return "", false, errs
+	}
+	o := newObject(tree, "", &errs)
+	if o == nil {
+		return "", false, errs
+	}
+	reason, _ = o.str("reason", false)
+	if len(reason) > MaxReasonBytes {
+		o.fail("reason", fmt.Sprintf("must be at most %d bytes", MaxReasonBytes))
+	}
+	force = o.boolean("force")
+	o.done()
+	return reason, force, errs
+}

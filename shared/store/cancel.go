@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CancelParams is a cancel request. Force (admins only; the handler checks) settles at once.
+type CancelParams struct {
+	RunID  string
+	Viewer Viewer
+	Reason string
+	Force  bool
+}
+
+// CancelResult is the run after the cancel, and what it freed.
+type CancelResult struct {
+	Run Run
+	// Settled: the run is CANCELLED now. Otherwise the cancel is requested and the nodes
+	// still running steps will acknowledge it (or the reaper settles it after CANCEL_GRACE).
+	Settled  bool
+	Released int
+}
+
+// cancelWriteSQL records a cooperative cancel: the intent (the first one is kept), every step
+// not started yet cancelled, the nodes with nothing left running released, and the run settled
+// if nothing is running at all. One statement, after the run's row is locked.
+const cancelWriteSQL = `
+WITH run AS (
+    UPDATE runs SET cancel_requested_at = coalesce(cancel_requested_at, now()),
+        cancel_reason = coalesce(cancel_reason, @reason::text),
+        state = CASE WHEN @settle::bool THEN 'CANCELLED' ELSE state END,
+        reason = CASE WHEN @settle::bool THEN 'cancelled' END,
+        finished_at = CASE WHEN @settle::bool THEN now() END,
+        deadline_at = CASE WHEN @settle::bool THEN NULL ELSE deadline_at END
+    WHERE run_id = @run_id::text AND state = 'RUNNING'
+    RETURNING attempt
+), pending AS (
+    UPDATE steps SET state = 'CANCELLED', finished_at = now()
+    WHERE run_id = @run_id::text AND state = 'PENDING'
+), freed AS (
+    DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::bool)
+    RETURNING node_id
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
+    SELECT @run_id::text, attempt, 'cancel_requested', 'RUNNING', 'RUNNING', NULL, NULL FROM run WHERE @first::bool
+    UNION ALL
+    SELECT @run_id::text, attempt, 'released', 'RUNNING', 'RUNNING', NULL, f.node_id FROM run, freed f WHERE NOT @settle::bool
+    UNION ALL
+    SELECT @run_id::text, attempt, 'cancelled', 'RUNNING', 'CANCELLED', 'cancelled', NULL FROM run WHERE @settle::bool
+)
+SELECT count(*) FROM freed`
+
+// Cancel cancels a run (SPEC.md §5, Cancel): a QUEUED run at once; a RUNNING one cooperatively
+// — or at once with Force. A finished run is ErrRunNotLive, and a run the viewer may not see is
+// ErrNotFound. The caller wakes the queue when something was released.
+func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
+	var res CancelResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		lr, err := lockRun(ctx, tx, p.RunID, "")
+		if err != nil {
+			return err
+		}
+		if !p.Viewer.Admin && lr.owner != p.Viewer.Owner {
+			return ErrNotFound
+		}
+		res, err = cancelLocked(ctx, tx, lr, p)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Run, err = s.GetRun(ctx, p.RunID, Viewer{Admin: true})
+	return res, err
+}
+
+func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) (CancelResult, error) {
+	if Terminal(lr.state) {
+		return CancelResult{}, ErrRunNotLive
+	}
+	if lr.state == Queued || p.Force {
+		_, freed, err := endRuns(ctx, tx, ending{
+			due:  `SELECT run_id FROM runs WHERE run_id = @run_id::text FOR UPDATE`,
+			from: lr.state, state: Cancelled, reason: ReasonCancelled, kind: "cancelled", pendingTo: Cancelled,
+			args: pgx.NamedArgs{"run_id": p.RunID, "cancel_reason": nullIfEmpty(p.Reason)},
+		})
+		return CancelResult{Settled: true, Released: freed}, err
+	}
+	after := make([]reportStep, len(lr.steps))
+	for i, st := range lr.steps {
+		after[i] = st
+		if st.State == Pending {
+			after[i].State = Cancelled
+		}
+	}
+	settle := allFinal(after, "")
+	var released int
+	err := tx.QueryRow(ctx, cancelWriteSQL, pgx.NamedArgs{
+		"run_id": p.RunID, "reason": nullIfEmpty(p.Reason), "settle": settle,
+		"release": finalRoles(after), "first": !lr.cancelling,
+	}).Scan(&released)
+	return CancelResult{Settled: settle, Released: released}, err
+}

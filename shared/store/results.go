@@ -1,0 +1,320 @@
+package store
+
+import (
+	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Report statuses a node may send.
+const (
+	ReportStarted   = "started"
+	ReportSucceeded = "succeeded"
+	ReportFailed    = "failed"
+	ReportCancelled = "cancelled"
+)
+
+// ReportParams is one step report, fenced by node, boot and lease epoch.
+type ReportParams struct {
+	RunID, StepID   string
+	NodeID, BootID  string
+	Epoch           int64
+	Status          string
+	ExitCode        *int
+	Message, Output *string
+}
+
+// ReportResult is what a report did.
+type ReportResult struct {
+	StepState string // the step's state now
+	RunState  string // the run's state now
+	Changed   bool   // false: the same report again, nothing to do
+	Rollback  bool   // a failed step with retries left went back to PENDING: nothing freed
+	Released  int    // leases released (partial release, or the settle)
+	Settled   string // the run's final state, when this report settled it
+	// Next are the node's steps of this run that it may start now, so it can go on without
+	// waiting for its next heartbeat.
+	Next []NodeStep
+}
+
+// reportStep is a step as the report path reads it.
+type reportStep struct {
+	ID       string   `json:"id"`
+	Role     string   `json:"role"`
+	State    string   `json:"state"`
+	After    []string `json:"after"`
+	Tries    int      `json:"tries"`
+	Retries  int      `json:"retries"`
+	ExitCode *int     `json:"exit_code"`
+	Epoch    *int64   `json:"epoch"`
+}
+
+// reportReadSQL locks the run — every writer of a run takes its row first, so a report, a
+// cancel and a reaper never interleave on one run — and reads its steps and this node's lease.
+const reportReadSQL = `
+	SELECT r.owner, r.state, r.attempt, r.cancel_requested_at IS NOT NULL,
+	       (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state,
+	                'after', s.after, 'tries', s.tries, 'retries', s.retries, 'exit_code', s.exit_code,
+	                'epoch', s.epoch) ORDER BY s.ordinal)
+	          FROM steps s WHERE s.run_id = r.run_id),
+	       l.epoch, l.boot_id, l.role
+	FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id AND l.node_id = $2
+	WHERE r.run_id = $1
+	FOR UPDATE OF r`
+
+// lockedRun is a run as a writer sees it once it holds the run's row.
+type lockedRun struct {
+	owner, state string
+	attempt      int
+	cancelling   bool
+	steps        []reportStep
+	epoch        *int64 // the node's lease on this run, if any
+	boot, role   *string
+}
+
+// lockRun locks a run and reads it with nodeID's lease on it ("" for none).
+func lockRun(ctx context.Context, tx pgx.Tx, runID, nodeID string) (lockedRun, error) {
+	var r lockedRun
+	err := tx.QueryRow(ctx, reportReadSQL, runID, nodeID).Scan(&r.owner, &r.state, &r.attempt, &r.cancelling,
+		&r.steps, &r.epoch, &r.boot, &r.role)
+	return r, err
+}
+
+// reportWriteSQL applies what Report decided, in one statement: the step, the dependents it
+// skips, the lease it releases, the settle.
+const reportWriteSQL = `
+WITH step AS (
+    UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
+        message = @message::text, output = @output::text, epoch = @epoch::bigint,
+        started_at = CASE WHEN @state::text = 'RUNNING' THEN now()
+                          WHEN @state::text = 'PENDING' THEN NULL ELSE started_at END,
+        finished_at = CASE WHEN @state::text IN ('PENDING', 'RUNNING') THEN NULL ELSE now() END
+    WHERE run_id = @run_id::text AND step_id = @step_id::text
+), skipped AS (
+    UPDATE steps SET state = 'SKIPPED', finished_at = now()
+    WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = 'PENDING'
+), freed AS (
+    DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
+    RETURNING node_id
+), settled AS (
+    UPDATE runs SET state = @settle::text, reason = @reason::text, finished_at = now(), deadline_at = NULL
+    WHERE run_id = @run_id::text AND @settle::text <> '' AND state = 'RUNNING'
+    RETURNING attempt
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
+    SELECT @run_id::text, @attempt::int, 'settled', 'RUNNING', @settle::text, @reason::text, NULL FROM settled
+    UNION ALL
+    SELECT @run_id::text, @attempt::int, 'released', 'RUNNING', 'RUNNING', NULL, node_id
+    FROM freed WHERE @settle::text = ''
+)
+SELECT (SELECT count(*) FROM freed),
+       (SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
+                'state', 'PENDING', 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
+          FROM steps WHERE run_id = @run_id::text AND step_id = ANY (@next::text[]))`
+
+// Report applies a node's report on one step (SPEC.md §5, Result), all in one transaction:
+// the step, the dependents of a failed step (SKIPPED), the node's lease once its steps are all
+// final (partial release), and the run once every step is (settle). The caller wakes the
+// queue after it, unless the report was a rollback.
+func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error) {
+	var res ReportResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = s.report(ctx, tx, p)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) report(ctx context.Context, tx pgx.Tx, p ReportParams) (ReportResult, error) {
+	lr, err := lockRun(ctx, tx, p.RunID, p.NodeID)
+	if err != nil {
+		return ReportResult{}, err
+	}
+	runState, attempt, cancelling, steps, epoch, boot, role := lr.state, lr.attempt, lr.cancelling, lr.steps, lr.epoch, lr.boot, lr.role
+	i := slices.IndexFunc(steps, func(st reportStep) bool { return st.ID == p.StepID })
+	if i < 0 {
+		return ReportResult{}, ErrNotFound
+	}
+	st := steps[i]
+	want := reportedState(p.Status)
+	// The same report again — recognised by the epoch it was accepted under, because after a
+	// settle the lease it was fenced by is gone — changes nothing.
+	if st.Epoch != nil && *st.Epoch == p.Epoch && st.State == want && sameCode(st.ExitCode, p.ExitCode, want) {
+		return ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}, nil
+	}
+	if runState != Running || epoch == nil || *epoch != p.Epoch || *boot != p.BootID || *role != st.Role {
+		return ReportResult{}, ErrStaleAssignment
+	}
+	if Terminal(st.State) {
+		return ReportResult{}, ErrResultConflict
+	}
+	d, err := decide(steps, i, p, cancelling)
+	if err != nil {
+		return ReportResult{}, err
+	}
+	next := d.next(st.Role)
+	res := ReportResult{StepState: d.state, RunState: runState, Changed: true, Rollback: d.state == Pending, Settled: d.settle}
+	if d.settle != "" {
+		res.RunState = d.settle
+	}
+	err = tx.QueryRow(ctx, reportWriteSQL, pgx.NamedArgs{
+		"run_id": p.RunID, "step_id": p.StepID, "state": d.state, "tries": d.tries,
+		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
+		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
+		"attempt": attempt, "next": next,
+	}).Scan(&res.Released, &res.Next)
+	return res, err
+}
+
+// decision is what a report does to the run, decided from the run as locked.
+type decision struct {
+	state   string   // the reported step's new state
+	tries   int      // its tries
+	skip    []string // dependents that can no longer run
+	release []string // roles whose steps are now all final: their nodes are released
+	settle  string   // the run's final state, or ""
+	reason  string
+	after   []reportStep // the steps as they will be
+}
+
+func decide(steps []reportStep, i int, p ReportParams, cancelling bool) (decision, error) {
+	st := steps[i]
+	d := decision{tries: st.Tries}
+	switch p.Status {
+	case ReportStarted:
+		if st.State == Running {
+			return decision{}, ErrResultConflict // started under another epoch
+		}
+		if cancelling || !runnable(steps, st) {
+			return decision{}, ErrNotRunnable
+		}
+		d.state, d.tries = Running, st.Tries+1
+	case ReportSucceeded, ReportFailed:
+		if st.State != Running {
+			return decision{}, ErrNotRunnable // report started first
+		}
+		d.state = reportedState(p.Status)
+		if p.Status == ReportFailed && st.Tries <= st.Retries && !cancelling {
+			d.state = Pending // a retry: back on the same node, nothing freed
+		}
+	case ReportCancelled:
+		d.state = Cancelled
+	}
+	d.after = slices.Clone(steps)
+	d.after[i].State, d.after[i].Tries = d.state, d.tries
+	if d.state == Failed || d.state == Cancelled {
+		d.skip = dependents(d.after, st.ID)
+		for j := range d.after {
+			if slices.Contains(d.skip, d.after[j].ID) {
+				d.after[j].State = Skipped
+			}
+		}
+	}
+	if !Terminal(d.state) {
+		return d, nil
+	}
+	// A role whose steps were final before this report was released then; releasing it
+	// again finds no lease and does nothing.
+	d.release = finalRoles(d.after)
+	if allFinal(d.after, "") {
+		d.settle, d.reason = settledState(d.after, cancelling)
+	}
+	return d, nil
+}
+
+// settledState: SUCCEEDED iff every step succeeded; else CANCELLED if a cancel was
+// requested; else FAILED step_failed.
+func settledState(steps []reportStep, cancelling bool) (string, string) {
+	if !slices.ContainsFunc(steps, func(s reportStep) bool { return s.State != Succeeded }) {
+		return Succeeded, ""
+	}
+	if cancelling {
+		return Cancelled, ReasonCancelled
+	}
+	return Failed, ReasonStepFailed
+}
+
+// dependents are the PENDING steps that wait, directly or not, for step id.
+func dependents(steps []reportStep, id string) []string {
+	var out []string
+	frontier := []string{id}
+	for len(frontier) > 0 {
+		cur := frontier[0]
+		frontier = frontier[1:]
+		for _, s := range steps {
+			if s.State == Pending && slices.Contains(s.After, cur) && !slices.Contains(out, s.ID) {
+				out = append(out, s.ID)
+				frontier = append(frontier, s.ID)
+			}
+		}
+	}
+	return out
+}
+
+func runnable(steps []reportStep, st reportStep) bool {
+	for _, dep := range st.After {
+		if j := slices.IndexFunc(steps, func(s reportStep) bool { return s.ID == dep }); j < 0 || steps[j].State != Succeeded {
+			return false
+		}
+	}
+	return true
+}
+
+// finalRoles are the roles whose steps are all final.
+func finalRoles(steps []reportStep) []string {
+	var out []string
+	for _, s := range steps {
+		if !slices.Contains(out, s.Role) && allFinal(steps, s.Role) {
+			out = append(out, s.Role)
+		}
+	}
+	return out
+}
+
+// allFinal reports whether every step of role ("" for the whole run) is final.
+func allFinal(steps []reportStep, role string) bool {
+	for _, s := range steps {
+		if (role == "" || s.Role == role) && !Terminal(s.State) {
+			return false
+		}
+	}
+	return true
+}
+
+// next are the role's steps that can start once this report is in.
+func (d decision) next(role string) []string {
+	out := []string{}
+	for _, s := range d.after {
+		if s.Role == role && s.State == Pending && runnable(d.after, s) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+func reportedState(status string) string {
+	switch status {
+	case ReportStarted:
+		return Running
+	case ReportSucceeded:
+		return Succeeded
+	case ReportFailed:
+		return Failed
+	case ReportCancelled:
+		return Cancelled
+	}
+	return ""
+}
+
+// sameCode: a terminal report repeated must carry the same exit code to be the same report.
+func sameCode(stored, reported *int, state string) bool {
+	if !Terminal(state) {
+		return true
+	}
+	if stored == nil || reported == nil {
+		return stored == nil && reported == nil
+	}
+	return *stored == *reported
+}
