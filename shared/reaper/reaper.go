@@ -21,7 +21,8 @@ func Handler(st *store.Store, log *slog.Logger) func(context.Context, events.Eve
 		}
 		log.Info("reap", "event_id", ev.ID, "expired", sum.Expired, "cancelled", sum.Cancelled,
 			"timed_out", sum.TimedOut, "queue_timed_out", sum.QueueTimedOut, "retired", sum.Retired,
-			"promoted", sum.Promoted, "stranded_runs_recovered", sum.Stranded)
+			"unservable", sum.Unservable, "promoted", sum.Promoted, "stranded_runs_recovered", sum.Stranded,
+			"unfinished", sum.Unfinished)
 		return sum, nil
 	}
 }

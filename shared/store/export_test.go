@@ -1,5 +1,14 @@
 package store
 
+import "context"
+
 // Translate exposes the one pgx-error translation to the external tests, which break each
 // constraint with raw SQL and check what the store makes of it.
 func Translate(err error) error { return translate(err) }
+
+// ReapLease carries out the reaper's decision about one lease — read earlier — so a test can
+// interleave a renewal between the read and the write.
+func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool, error) {
+	lost, _, err := s.reapLease(ctx, leaseRef{NodeID: nodeID, Epoch: epoch})
+	return lost, err
+}

@@ -20,6 +20,9 @@ type lostLease struct {
 	Reason      string // node_restarted | lease_expired | node_removed
 	BootNot     string // restart: only while the lease is still held under another boot
 	OnlyExpired bool   // reap: only while the lease is still expired (a renewal wins)
+	// SkipLocked: if another writer holds the run, leave it to them (or to the next reap)
+	// instead of waiting — four reapers over one backlog then share it instead of queueing.
+	SkipLocked bool
 }
 
 // loseSQL carries out SPEC.md §7 in one statement: the lost lease goes (if it is still the
@@ -74,28 +77,32 @@ WITH lost AS (
            'node_lost', 'RUNNING', state, @reason::text, @node_id::text
     FROM run
 )
-SELECT (SELECT count(*) FROM lost) + (SELECT count(*) FROM others)`
+SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM others)`
 
 // loseLease makes a run lose one of its nodes, if the lease is still the one the decision
-// was about. It returns how many leases were released: 0 when another writer (a renewal, a
-// second reaper, a settle) got there first, which is not an error.
-func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (int, error) {
+// was about. It returns whether that lease went and how many leases were released in all:
+// nothing, when another writer (a renewal, a second reaper, a settle) got there first, which
+// is not an error.
+func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost bool, released int, err error) {
 	// The run's row before the lease (node, run, lease is the order every writer keeps):
 	// taking the lease first deadlocked against a result releasing the same node.
+	lock := `SELECT r.run_id FROM leases l JOIN runs r ON r.run_id = l.run_id
+		WHERE l.node_id = $1 AND l.epoch = $2 FOR UPDATE OF r`
+	if l.SkipLocked {
+		lock += ` SKIP LOCKED`
+	}
 	var runID string
-	err := tx.QueryRow(ctx, `
-		SELECT r.run_id FROM leases l JOIN runs r ON r.run_id = l.run_id
-		WHERE l.node_id = $1 AND l.epoch = $2 FOR UPDATE OF r`, l.NodeID, l.Epoch).Scan(&runID)
+	err = tx.QueryRow(ctx, lock, l.NodeID, l.Epoch).Scan(&runID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
+		return false, 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return false, 0, err
 	}
-	var released int
+	var n, others int
 	err = tx.QueryRow(ctx, loseSQL, pgx.NamedArgs{
 		"node_id": l.NodeID, "epoch": l.Epoch, "reason": l.Reason,
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
-	}).Scan(&released)
-	return released, err
+	}).Scan(&n, &others)
+	return n == 1, n + others, err
 }

@@ -145,7 +145,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 		}
 		released := 0
 		for _, l := range stale {
-			n, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
+			_, n, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
 			if err != nil {
 				return err
 			}
@@ -277,7 +277,7 @@ func (s *Store) RemoveNode(ctx context.Context, nodeID string) (RemoveResult, er
 			return err
 		}
 		if epoch != nil {
-			n, err := s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: ReasonNodeRemoved})
+			_, n, err := s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: ReasonNodeRemoved})
 			if err != nil {
 				return err
 			}

@@ -1,19 +1,217 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // ReapSummary counts what one reap did.
 type ReapSummary struct {
-	Expired       int `json:"expired"`
-	Cancelled     int `json:"cancelled"`
-	TimedOut      int `json:"timed_out"`
-	QueueTimedOut int `json:"queue_timed_out"`
-	Retired       int `json:"retired"`
-	Promoted      int `json:"promoted"`
-	Stranded      int `json:"stranded"`
+	Expired       int `json:"expired"`         // leases reaped because they expired
+	Cancelled     int `json:"cancelled"`       // cancels settled after CANCEL_GRACE
+	TimedOut      int `json:"timed_out"`       // runs past timeout_seconds
+	QueueTimedOut int `json:"queue_timed_out"` // queued runs past queue_timeout_seconds
+	Retired       int `json:"retired"`         // nodes silent past NODE_RETIRE_AFTER
+	Unservable    int `json:"unservable"`      // queued runs no remaining node could serve
+	Promoted      int `json:"promoted"`        // runs the wake placed on what was released
+	// Stranded counts queued runs placed although nothing was released: each was a lost
+	// wakeup, which healthy operation never produces.
+	Stranded int `json:"stranded"`
+	// Unfinished: the sweep stopped for the invocation's deadline; the next one goes on.
+	Unfinished bool `json:"unfinished,omitempty"`
+	// Walked is how many queued runs the wake considered (not part of the summary's JSON).
+	Walked int `json:"-"`
 }
 
-// Reap is the scheduled sweep (SPEC.md §5, Reap).
+// reapBatch bounds each read of what is due, and so each transaction that acts on it: a
+// backlog of ten thousand expired leases is worked through in small steps, never one huge
+// transaction.
+const reapBatch = 200
+
+// reapMargin is how much of the invocation's deadline a sweep leaves unused, so a backlog ends
+// the invocation cleanly instead of in a Lambda timeout.
+const reapMargin = 3 * time.Second
+
+// Reap is the scheduled sweep (SPEC.md §5, Reap), in small independent transactions, each
+// conditional on what its decision was based on. Two reapers at once are harmless: a write
+// whose condition no longer holds changes nothing.
 func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
-	return ReapSummary{}, nil
+	var sum ReapSummary
+	var freed int
+	steps := []func(context.Context, *ReapSummary) (int, error){
+		s.reapExpiredLeases, // 1
+		s.reapCancelGrace,   // 2
+		s.reapTimeouts,      // 3
+		s.reapQueueTimeouts, // 4
+	}
+	for _, step := range steps {
+		n, err := step(ctx, &sum)
+		freed += n
+		if err != nil {
+			return sum, err
+		}
+	}
+	// 5: a wake when something was released; otherwise the stranded-run detector, which is
+	// the same wake: it only places a run that could be placed right now, and costs one query
+	// when no node is available.
+	wake, err := s.WakeQueued(ctx)
+	if err != nil {
+		return sum, err
+	}
+	sum.Walked = wake.Walked
+	if freed > 0 {
+		sum.Promoted = wake.Promoted
+	} else if wake.Promoted > 0 {
+		sum.Stranded = wake.Promoted
+		s.log.Warn("stranded_runs_recovered", "count", wake.Promoted)
+	}
+	// 6: nodes silent past NODE_RETIRE_AFTER leave the fleet, and with them what only they
+	// could serve.
+	if err := s.reapRetired(ctx, &sum); err != nil {
+		return sum, err
+	}
+	return sum, nil
+}
+
+// inTime reports whether the invocation has time for another batch.
+func inTime(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ctx.Err() == nil && (!ok || time.Until(deadline) > reapMargin)
+}
+
+// reapExpiredLeases (step 1) reaps each expired lease in its own transaction, only if it is
+// still the same grant and still expired when the write happens: a renewal between the read
+// and the write wins.
+func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (int, error) {
+	freed := 0
+	for inTime(ctx) {
+		rows, err := s.pool.Query(ctx, `
+			SELECT node_id, epoch FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT $1`, reapBatch)
+		if err != nil {
+			return freed, translate(err)
+		}
+		due, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leaseRef])
+		if err != nil {
+			return freed, translate(err)
+		}
+		progress := false
+		for _, l := range due {
+			if !inTime(ctx) {
+				break
+			}
+			lost, n, err := s.reapLease(ctx, l)
+			if err != nil {
+				return freed, err
+			}
+			if lost {
+				sum.Expired++
+			}
+			freed += n
+			progress = progress || n > 0
+		}
+		if len(due) < reapBatch || !progress {
+			break // done, or the rest is held by other writers: the next reap takes it
+		}
+	}
+	sum.Unfinished = sum.Unfinished || !inTime(ctx)
+	return freed, nil
+}
+
+// reapLease is one expired lease's transaction.
+func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		lost, released, err = s.loseLease(ctx, tx, lostLease{
+			leaseRef: l, Reason: ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
+		})
+		return err
+	})
+	return lost, released, err
+}
+
+// The selections of steps 2-4: each is its own decision, re-evaluated inside the statement
+// that ends the runs, in batches, skipping runs another writer holds right now.
+const (
+	cancelGraceDue = `SELECT run_id FROM runs WHERE state = 'RUNNING'
+		AND cancel_requested_at < now() - @grace::float8 * interval '1 second'
+		ORDER BY cancel_requested_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
+	timeoutDue = `SELECT run_id FROM runs WHERE state = 'RUNNING' AND deadline_at < now()
+		ORDER BY deadline_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
+	queueTimeoutDue = `SELECT run_id FROM runs WHERE state = 'QUEUED' AND deadline_at < now()
+		ORDER BY deadline_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
+)
+
+func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (int, error) {
+	return s.endInBatches(ctx, &sum.Cancelled, sum, ending{
+		due: cancelGraceDue, from: Running, state: Cancelled, reason: ReasonCancelled,
+		kind: "cancel_grace_expired", pendingTo: Cancelled,
+		args: pgx.NamedArgs{"grace": s.set.CancelGrace.Seconds()},
+	})
+}
+
+func (s *Store) reapTimeouts(ctx context.Context, sum *ReapSummary) (int, error) {
+	return s.endInBatches(ctx, &sum.TimedOut, sum, ending{
+		due: timeoutDue, from: Running, state: Failed, reason: ReasonTimeout,
+		kind: "timed_out", pendingTo: Cancelled,
+	})
+}
+
+func (s *Store) reapQueueTimeouts(ctx context.Context, sum *ReapSummary) (int, error) {
+	return s.endInBatches(ctx, &sum.QueueTimedOut, sum, ending{
+		due: queueTimeoutDue, from: Queued, state: Failed, reason: ReasonQueueTimeout,
+		kind: "queue_timed_out", pendingTo: Skipped,
+	})
+}
+
+// endInBatches ends what e selects, a batch per transaction, until nothing is due.
+func (s *Store) endInBatches(ctx context.Context, count *int, sum *ReapSummary, e ending) (int, error) {
+	if e.args == nil {
+		e.args = pgx.NamedArgs{}
+	}
+	e.args["batch"] = reapBatch
+	freed := 0
+	for inTime(ctx) {
+		ended, n, err := endRuns(ctx, s.pool, e)
+		if err != nil {
+			return freed, err
+		}
+		*count += ended
+		freed += n
+		if ended < reapBatch {
+			return freed, nil
+		}
+	}
+	sum.Unfinished = true
+	return freed, nil
+}
+
+// retireSQL removes nodes silent past NODE_RETIRE_AFTER. A node that still holds a lease is
+// left alone: its lease expires first and step 1 reaps it.
+const retireSQL = `
+	DELETE FROM nodes WHERE node_id IN (
+	    SELECT node_id FROM nodes n
+	    WHERE n.last_seen_at < now() - @retire::float8 * interval '1 second'
+	      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+	    LIMIT @batch::int FOR UPDATE SKIP LOCKED)
+	  AND last_seen_at < now() - @retire::float8 * interval '1 second'`
+
+// reapRetired is step 6.
+func (s *Store) reapRetired(ctx context.Context, sum *ReapSummary) error {
+	for inTime(ctx) {
+		tag, err := s.pool.Exec(ctx, retireSQL, pgx.NamedArgs{"retire": s.set.RetireAfter.Seconds(), "batch": reapBatch})
+		if err != nil {
+			return translate(err)
+		}
+		sum.Retired += int(tag.RowsAffected())
+		if tag.RowsAffected() < reapBatch {
+			break
+		}
+	}
+	if sum.Retired == 0 {
+		return nil
+	}
+	n, err := s.failUnservable(ctx)
+	sum.Unservable += n
+	return err
 }

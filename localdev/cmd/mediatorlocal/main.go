@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/jackc/pgx/v5"
 
 	"mediator/localdev/gateway"
@@ -158,7 +156,7 @@ func serve(ctx context.Context) error {
 	reap := reaper.Handler(st, logJSON)
 	gw := &gateway.Gateway{
 		Routes: httpapi.Routes, Functions: httpapi.Functions(deps), Tokens: tokens, Log: logJSON,
-		Extra: map[string]http.HandlerFunc{"POST /local/reap": localReap(tokens, reap)},
+		Extra: map[string]http.HandlerFunc{"POST /local/reap": gateway.LocalReap(tokens, reap)},
 	}
 	port := envInt("PORT", 3000)
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -182,25 +180,6 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// localReap is POST /local/reap: run the reaper now and answer its summary. Admin only, and it
-// exists only in this process — API Gateway has no such route.
-func localReap(tokens *gateway.Tokens, reap func(context.Context, events.EventBridgeEvent) (store.ReapSummary, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		who, ok := tokens.Authenticate(r.Header.Get("Authorization"))
-		if !ok || !who.IsAdmin() {
-			http.Error(w, `{"message":"admin token required"}`, http.StatusForbidden)
-			return
-		}
-		sum, err := reap(r.Context(), reaper.ScheduledEvent("local-manual"))
-		if err != nil {
-			http.Error(w, `{"message":"reap failed; see the log"}`, http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("content-type", "application/json")
-		_ = json.NewEncoder(w).Encode(sum)
-	}
 }
 
 func ensureDatabase(ctx context.Context, adminURL, name string) (string, error) {
