@@ -57,7 +57,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	event := g.Event(r, route, params, body)
-	resp, err := fn(r.Context(), event)
+	// API Gateway does not cancel a function when its client hangs up: neither does this.
+	resp, err := fn(context.WithoutCancel(r.Context()), event)
 	if err != nil {
 		g.Log.Error("handler error", "route", route.Key(), "error", err.Error())
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"message": "Internal Server Error"})

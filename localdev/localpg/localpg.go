@@ -38,9 +38,11 @@ type Server struct {
 	URL string
 	// External is true when the server came from DATABASE_URL: nothing here may stop it.
 	External bool
-	dataDir  string
-	pgCtl    string
-	cred     *syscall.Credential
+	// Started is true when this call started the cluster (rather than finding it running).
+	Started bool
+	dataDir string
+	pgCtl   string
+	cred    *syscall.Credential
 }
 
 // Ensure returns DATABASE_URL's server, or the cluster in opts.Dir, initialised and started
@@ -97,7 +99,7 @@ func Ensure(ctx context.Context, opts Options) (*Server, error) {
 		"-l", filepath.Join(dir, "postgres.log"), "-o", strings.Join(serverOpts, " ")); err != nil {
 		return nil, fmt.Errorf("%w (see %s)", err, filepath.Join(dir, "postgres.log"))
 	}
-	s.URL = urlFor(port)
+	s.URL, s.Started = urlFor(port), true
 	logf("localpg: started PostgreSQL on 127.0.0.1:%d (data in %s)", port, s.dataDir)
 	return s, nil
 }

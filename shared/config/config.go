@@ -33,6 +33,14 @@ type Database struct {
 	User      string // DB_USER
 	Name      string // DB_NAME
 	Region    string // AWS_REGION, for IAM tokens
+	// SSLMode applies to connections built from a secret or IAM auth (a URL carries its own):
+	// verify-full by default, which the RDS Proxy's certificate passes with the system's CAs.
+	SSLMode string // DB_SSLMODE
+
+	// ViaProxy (DB_VIA_PROXY): connections go through RDS Proxy, which refuses timeouts sent
+	// as startup parameters and pins a connection on a named prepared statement or a SET. The
+	// default is true with DB_SECRET_ARN or DB_IAM_AUTH (the deployed shape), false with a URL.
+	ViaProxy bool
 
 	MaxConns         int32         // DB_MAX_CONNS: one per Lambda environment
 	StatementTimeout time.Duration // DB_STATEMENT_TIMEOUT_MS
@@ -67,6 +75,8 @@ func Load(getenv func(string) string) (Config, error) {
 			User:             r.text("DB_USER"),
 			Name:             r.text("DB_NAME"),
 			Region:           r.text("AWS_REGION"),
+			SSLMode:          r.oneOf("DB_SSLMODE", "verify-full", "disable", "require", "verify-ca", "verify-full"),
+			ViaProxy:         r.booleanOr("DB_VIA_PROXY", r.text("DATABASE_URL") == ""),
 			MaxConns:         int32(r.integer("DB_MAX_CONNS", 1, 1, 1000)),
 			StatementTimeout: r.millis("DB_STATEMENT_TIMEOUT_MS", 5000),
 			IdleInTxTimeout:  r.millis("DB_IDLE_IN_TX_TIMEOUT_MS", 10000),
@@ -134,10 +144,26 @@ func (r *reader) millis(name string, def int) time.Duration {
 	return time.Duration(r.integer(name, def, 100, 15*60*1000)) * time.Millisecond
 }
 
-func (r *reader) boolean(name string) bool {
+func (r *reader) oneOf(name, def string, allowed ...string) string {
 	raw := r.text(name)
 	if raw == "" {
-		return false
+		return def
+	}
+	for _, a := range allowed {
+		if raw == a {
+			return raw
+		}
+	}
+	r.fail(name, "one of "+strings.Join(allowed, ", "), raw)
+	return def
+}
+
+func (r *reader) boolean(name string) bool { return r.booleanOr(name, false) }
+
+func (r *reader) booleanOr(name string, def bool) bool {
+	raw := r.text(name)
+	if raw == "" {
+		return def
 	}
 	b, err := strconv.ParseBool(raw)
 	if err != nil {

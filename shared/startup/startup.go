@@ -10,11 +10,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/jackc/pgx/v5"
 
 	"mediator/migrations"
 	"mediator/shared/auth"
 	"mediator/shared/config"
+	"mediator/shared/dbcreds"
 	"mediator/shared/httpapi"
 	"mediator/shared/store"
 )
@@ -80,13 +83,10 @@ func Settings(cfg config.Config) store.Settings {
 	}
 }
 
-func poolParams(_ context.Context, db config.Database) (store.PoolParams, error) {
-	return store.PoolParams{
-		URL:              db.URL,
-		MaxConns:         db.MaxConns,
-		StatementTimeout: db.StatementTimeout,
-		IdleInTxTimeout:  db.IdleInTxTimeout,
-	}, nil
+func poolParams(ctx context.Context, db config.Database) (store.PoolParams, error) {
+	return dbcreds.PoolParams(ctx, db, func(ctx context.Context) (aws.Config, error) {
+		return awsconfig.LoadDefaultConfig(ctx)
+	})
 }
 
 // CheckSchema refuses a database whose schema is older than this build (or dirty).

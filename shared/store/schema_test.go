@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -169,5 +170,40 @@ func TestI2RefusedAtCommit(t *testing.T) {
 	var state string
 	if err := conn.QueryRow(ctx, `SELECT state FROM runs WHERE run_id = 'r1'`).Scan(&state); err != nil || state != "RUNNING" {
 		t.Fatalf("after the refused commit the run is %q (%v); want RUNNING", state, err)
+	}
+}
+
+// Through RDS Proxy nothing is sent at startup and no statement is named, and the store still
+// works; directly, the timeouts arrive in the startup packet.
+func TestConnectionModes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	for _, viaProxy := range []bool{false, true} {
+		pool, err := store.Connect(ctx, store.PoolParams{URL: url, ViaProxy: viaProxy, StatementTimeout: 4 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var timeout string
+		var named int
+		st := store.New(pool, store.Settings{LeaseTTL: time.Minute, MaxRunWidth: 16}, nil)
+		if _, err := st.ListNodes(ctx); err != nil {
+			t.Fatalf("viaProxy=%v: %v", viaProxy, err)
+		}
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRow(ctx, `SELECT current_setting('statement_timeout'), (SELECT count(*) FROM pg_prepared_statements)`).Scan(&timeout, &named); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		pool.Close()
+		switch {
+		case viaProxy && (timeout != "0" || named != 0):
+			t.Errorf("through the proxy: statement_timeout %s, %d named statements", timeout, named)
+		case !viaProxy && timeout != "4s":
+			t.Errorf("direct: statement_timeout %s", timeout)
+		}
 	}
 }

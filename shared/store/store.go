@@ -46,6 +46,11 @@ type PoolParams struct {
 	BeforeConnect func(context.Context, *pgx.ConnConfig) error
 	// Tracer sees every statement (benchmarks count round trips with it).
 	Tracer pgx.QueryTracer
+	// ViaProxy: the connection goes through RDS Proxy. It refuses statement_timeout and its
+	// kind as startup parameters, and pins a client to one database connection on a named
+	// prepared statement; so nothing is sent at startup (the proxy's InitQuery sets the
+	// timeouts) and statements are described once and sent unnamed, still one round trip.
+	ViaProxy bool
 }
 
 // Connect opens a pool sized for Lambda: one environment serves one request at a time, so one
@@ -59,17 +64,19 @@ func Connect(ctx context.Context, p PoolParams) (*pgxpool.Pool, error) {
 	cfg.MaxConns = max(p.MaxConns, 1)
 	cfg.MinConns = 0
 	cfg.MaxConnIdleTime = 5 * time.Minute
-	rp := cfg.ConnConfig.RuntimeParams
-	// Sent in the startup packet rather than with SET, so RDS Proxy has no session state to
-	// pin a connection for.
-	rp["application_name"] = orDefault(p.AppName, "mediator")
-	if p.StatementTimeout > 0 {
-		rp["statement_timeout"] = strconv.FormatInt(p.StatementTimeout.Milliseconds(), 10)
+	if p.ViaProxy {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	} else {
+		// Direct connections take the settings in the startup packet: no SET round trip.
+		rp := cfg.ConnConfig.RuntimeParams
+		rp["application_name"] = orDefault(p.AppName, "mediator")
+		if p.StatementTimeout > 0 {
+			rp["statement_timeout"] = strconv.FormatInt(p.StatementTimeout.Milliseconds(), 10)
+		}
+		if p.IdleInTxTimeout > 0 {
+			rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(p.IdleInTxTimeout.Milliseconds(), 10)
+		}
 	}
-	if p.IdleInTxTimeout > 0 {
-		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(p.IdleInTxTimeout.Milliseconds(), 10)
-	}
-	rp["timezone"] = "UTC"
 	cfg.BeforeConnect = p.BeforeConnect
 	cfg.ConnConfig.Tracer = p.Tracer
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -1,0 +1,349 @@
+package infra_test
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The template is read as a yaml.Node tree: CloudFormation's short forms (!Ref, !GetAtt, !Sub,
+// ...) are custom tags that a node keeps and a decode into map[string]any would not.
+
+func loadTemplate(t *testing.T) *yaml.Node {
+	t.Helper()
+	data, err := os.ReadFile("database.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("database.yaml: %v", err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		t.Fatal("database.yaml is not one YAML mapping")
+	}
+	return doc.Content[0]
+}
+
+// get is the value under key in a mapping node, or nil.
+func get(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// path follows keys down through nested mappings.
+func path(n *yaml.Node, keys ...string) *yaml.Node {
+	for _, k := range keys {
+		n = get(n, k)
+	}
+	return n
+}
+
+// keys are a mapping node's keys, in order.
+func keys(m *yaml.Node) []string {
+	var ks []string
+	if m != nil && m.Kind == yaml.MappingNode {
+		for i := 0; i < len(m.Content); i += 2 {
+			ks = append(ks, m.Content[i].Value)
+		}
+	}
+	return ks
+}
+
+// walk calls fn on n and every node below it.
+func walk(n *yaml.Node, fn func(*yaml.Node)) {
+	if n == nil {
+		return
+	}
+	fn(n)
+	for _, c := range n.Content {
+		walk(c, fn)
+	}
+}
+
+// resourcesOfType are the logical ids of the resources of one type.
+func resourcesOfType(tmpl *yaml.Node, typ string) []string {
+	var ids []string
+	res := get(tmpl, "Resources")
+	for _, id := range keys(res) {
+		if t := path(res, id, "Type"); t != nil && t.Value == typ {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// refTarget is the logical id a !Ref, !GetAtt or Ref/Fn::GetAtt node names, if n is one.
+func refTarget(n *yaml.Node) (string, bool) {
+	switch n.Tag {
+	case "!Ref":
+		return n.Value, true
+	case "!GetAtt":
+		if n.Kind == yaml.SequenceNode && len(n.Content) > 0 {
+			return n.Content[0].Value, true
+		}
+		return strings.SplitN(n.Value, ".", 2)[0], true
+	}
+	if n.Kind == yaml.MappingNode && len(n.Content) == 2 {
+		switch v := n.Content[1]; n.Content[0].Value {
+		case "Ref":
+			return v.Value, true
+		case "Fn::GetAtt":
+			if v.Kind == yaml.SequenceNode && len(v.Content) > 0 {
+				return v.Content[0].Value, true
+			}
+			return strings.SplitN(v.Value, ".", 2)[0], true
+		}
+	}
+	return "", false
+}
+
+var subVar = regexp.MustCompile(`\$\{([^!}][^}]*)\}`)
+
+// subTargets are the names a !Sub string uses (${Name} or ${Name.Attr}; ${!x} is literal),
+// less those the !Sub defines itself in its variable map.
+func subTargets(n *yaml.Node) []string {
+	var str, vars *yaml.Node
+	switch {
+	case n.Tag == "!Sub" && n.Kind == yaml.ScalarNode:
+		str = n
+	case n.Tag == "!Sub" && n.Kind == yaml.SequenceNode && len(n.Content) > 0:
+		str = n.Content[0]
+		if len(n.Content) > 1 {
+			vars = n.Content[1]
+		}
+	case n.Kind == yaml.MappingNode && len(n.Content) == 2 && n.Content[0].Value == "Fn::Sub":
+		return subTargets(&yaml.Node{Kind: n.Content[1].Kind, Tag: "!Sub", Value: n.Content[1].Value, Content: n.Content[1].Content})
+	default:
+		return nil
+	}
+	var names []string
+	for _, m := range subVar.FindAllStringSubmatch(str.Value, -1) {
+		name := strings.SplitN(m[1], ".", 2)[0]
+		if get(vars, name) == nil {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// conditionUses are the condition names a resource's Condition key or an !If names.
+func conditionUses(tmpl *yaml.Node) []string {
+	var names []string
+	res := get(tmpl, "Resources")
+	for _, id := range keys(res) {
+		if c := path(res, id, "Condition"); c != nil {
+			names = append(names, c.Value)
+		}
+	}
+	walk(tmpl, func(n *yaml.Node) {
+		if n.Tag == "!If" && n.Kind == yaml.SequenceNode && len(n.Content) == 3 {
+			names = append(names, n.Content[0].Value)
+		}
+	})
+	return names
+}
+
+func TestTemplateHasTheDatabaseResources(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	for _, typ := range []string{
+		"AWS::RDS::DBCluster",
+		"AWS::RDS::DBInstance",
+		"AWS::RDS::DBProxy",
+		"AWS::RDS::DBProxyTargetGroup",
+		"AWS::SecretsManager::Secret",
+		"AWS::SecretsManager::SecretTargetAttachment",
+	} {
+		if len(resourcesOfType(tmpl, typ)) == 0 {
+			t.Errorf("no %s resource", typ)
+		}
+	}
+	if n := len(resourcesOfType(tmpl, "AWS::EC2::SecurityGroup")); n < 3 {
+		t.Errorf("%d security groups, want at least 3 (functions, proxy, database)", n)
+	}
+	if get(tmpl, "Transform") != nil {
+		t.Error("the template has a Transform; it is meant to be plain CloudFormation")
+	}
+}
+
+func TestEveryReferenceNamesSomethingInTheTemplate(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	known := map[string]bool{}
+	for _, section := range []string{"Parameters", "Resources"} {
+		for _, k := range keys(get(tmpl, section)) {
+			known[k] = true
+		}
+	}
+	exists := func(name string) bool { return known[name] || strings.HasPrefix(name, "AWS::") }
+
+	refs := 0
+	walk(tmpl, func(n *yaml.Node) {
+		if target, ok := refTarget(n); ok {
+			refs++
+			if !exists(target) {
+				t.Errorf("line %d: a reference to %q, which is no parameter or resource", n.Line, target)
+			}
+		}
+		for _, target := range subTargets(n) {
+			refs++
+			if !exists(target) {
+				t.Errorf("line %d: !Sub uses ${%s}, which is no parameter or resource", n.Line, target)
+			}
+		}
+	})
+	if refs == 0 {
+		t.Fatal("found no references at all; the walk is broken")
+	}
+
+	conditions := keys(get(tmpl, "Conditions"))
+	for _, c := range conditionUses(tmpl) {
+		if !slices.Contains(conditions, c) {
+			t.Errorf("condition %q is used but not defined", c)
+		}
+	}
+}
+
+func TestOutputsTheSAMStackNeeds(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	outputs := get(tmpl, "Outputs")
+	for _, name := range []string{
+		"ProxyEndpoint", "DatabaseName", "SecretArn", "FunctionSecurityGroupId",
+		"PrivateSubnetIds", "ProxyArn", "DbUser", "ProxyResourceId",
+	} {
+		out := get(outputs, name)
+		if out == nil {
+			t.Errorf("no output %s", name)
+			continue
+		}
+		if get(out, "Value") == nil {
+			t.Errorf("output %s has no Value", name)
+		}
+		export := path(out, "Export", "Name")
+		if export == nil || export.Tag != "!Sub" || !strings.HasPrefix(export.Value, "${AWS::StackName}") {
+			t.Errorf("output %s: want an export named !Sub \"${AWS::StackName}-...\"", name)
+		}
+	}
+
+	// The proxy's resource id is the last part of its ARN, arn:aws:rds:REGION:ACCOUNT:db-proxy:prx-...
+	v := path(outputs, "ProxyResourceId", "Value")
+	if v == nil || v.Tag != "!Select" || len(v.Content) != 2 || v.Content[0].Value != "6" {
+		t.Fatal(`ProxyResourceId: want !Select [6, !Split [":", !GetAtt <proxy>.DBProxyArn]]`)
+	}
+	split := v.Content[1]
+	if split.Tag != "!Split" || len(split.Content) != 2 || split.Content[0].Value != ":" ||
+		split.Content[1].Tag != "!GetAtt" || !strings.HasSuffix(split.Content[1].Value, ".DBProxyArn") {
+		t.Fatal(`ProxyResourceId: want !Split [":", !GetAtt <proxy>.DBProxyArn] inside the !Select`)
+	}
+	if target, _ := refTarget(split.Content[1]); !slices.Contains(resourcesOfType(tmpl, "AWS::RDS::DBProxy"), target) {
+		t.Errorf("ProxyResourceId splits the ARN of %q, which is not a DB proxy", target)
+	}
+}
+
+// openCIDRs are the "anywhere" ranges no rule of this stack should name.
+var openCIDRs = []string{"0.0.0.0/0", "::/0"}
+
+func TestNothingIsOpenToTheWorld(t *testing.T) {
+	t.Parallel()
+	walk(loadTemplate(t), func(n *yaml.Node) {
+		for _, k := range []string{"CidrIp", "CidrIpv6"} {
+			if v := get(n, k); v != nil && slices.Contains(openCIDRs, v.Value) {
+				t.Errorf("line %d: %s %s", v.Line, k, v.Value)
+			}
+		}
+	})
+}
+
+// The database's security group admits PostgreSQL from the proxy's group and nothing else.
+func TestOnlyTheProxyReachesTheDatabase(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	res := get(tmpl, "Resources")
+	groupsOf := func(typ string) []string {
+		var groups []string
+		for _, id := range resourcesOfType(tmpl, typ) {
+			if list := path(res, id, "Properties", "VpcSecurityGroupIds"); list != nil {
+				for _, g := range list.Content {
+					if target, ok := refTarget(g); ok {
+						groups = append(groups, target)
+					}
+				}
+			}
+		}
+		return groups
+	}
+	dbGroups, proxyGroups := groupsOf("AWS::RDS::DBCluster"), groupsOf("AWS::RDS::DBProxy")
+	if len(dbGroups) == 0 || len(proxyGroups) == 0 {
+		t.Fatalf("cluster groups %v, proxy groups %v: want security groups on both", dbGroups, proxyGroups)
+	}
+
+	// Every ingress rule on a database group: inline ones and separate resources.
+	type rule struct {
+		where string
+		node  *yaml.Node
+	}
+	var rules []rule
+	for _, g := range dbGroups {
+		if inline := path(res, g, "Properties", "SecurityGroupIngress"); inline != nil {
+			for _, r := range inline.Content {
+				rules = append(rules, rule{g, r})
+			}
+		}
+	}
+	for _, id := range resourcesOfType(tmpl, "AWS::EC2::SecurityGroupIngress") {
+		props := path(res, id, "Properties")
+		if target, _ := refTarget(get(props, "GroupId")); slices.Contains(dbGroups, target) {
+			rules = append(rules, rule{id, props})
+		}
+	}
+	if len(rules) == 0 {
+		t.Fatal("the database's security group admits nothing; the proxy could not connect")
+	}
+	for _, r := range rules {
+		src := get(r.node, "SourceSecurityGroupId")
+		target, ok := "", false
+		if src != nil {
+			target, ok = refTarget(src)
+		}
+		if !ok || !slices.Contains(proxyGroups, target) {
+			t.Errorf("%s: ingress to the database from something other than the proxy's group", r.where)
+		}
+		for _, k := range []string{"CidrIp", "CidrIpv6", "SourcePrefixListId"} {
+			if get(r.node, k) != nil {
+				t.Errorf("%s: ingress to the database by %s", r.where, k)
+			}
+		}
+		for _, k := range []string{"FromPort", "ToPort"} {
+			if v := get(r.node, k); v == nil || v.Value != "5432" {
+				t.Errorf("%s: %s is not 5432", r.where, k)
+			}
+		}
+	}
+}
+
+func TestProxyRequiresTLSAndSpeaksPostgreSQL(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	for _, id := range resourcesOfType(tmpl, "AWS::RDS::DBProxy") {
+		props := path(get(tmpl, "Resources"), id, "Properties")
+		if v := get(props, "EngineFamily"); v == nil || v.Value != "POSTGRESQL" {
+			t.Errorf("%s: EngineFamily is not POSTGRESQL", id)
+		}
+		if v := get(props, "RequireTLS"); v == nil || v.Value != "true" {
+			t.Errorf("%s: RequireTLS is not true", id)
+		}
+	}
+}

@@ -1,0 +1,221 @@
+// Package emulator runs Mediator's compiled bootstraps under the AWS Lambda Runtime Interface
+// Emulator — what `sam local invoke` runs inside its container — so tests invoke the real
+// binaries the way Lambda does, without AWS.
+package emulator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Module is the emulator, at the version the project pins.
+const Module = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d"
+
+// Install finds aws-lambda-rie on PATH or in GOBIN, and installs it with `go install` when it
+// is in neither.
+func Install(ctx context.Context) (string, error) {
+	if p, err := exec.LookPath("aws-lambda-rie"); err == nil {
+		return p, nil
+	}
+	gobin, err := goEnv(ctx, "GOBIN")
+	if err != nil {
+		return "", err
+	}
+	if gobin == "" {
+		gopath, err := goEnv(ctx, "GOPATH")
+		if err != nil {
+			return "", err
+		}
+		gobin = filepath.Join(strings.Split(gopath, string(os.PathListSeparator))[0], "bin")
+	}
+	bin := filepath.Join(gobin, "aws-lambda-rie")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	cmd := exec.CommandContext(ctx, "go", "install", Module)
+	cmd.Dir = os.TempDir() // outside the module: go install pkg@version needs no go.mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install %s: %w\n%s", Module, err, out)
+	}
+	return bin, nil
+}
+
+func goEnv(ctx context.Context, name string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", name).Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Build compiles every functions/<name> with the tag the Makefile's build-<LogicalId> targets
+// use (lambda.norpc), for this machine so the emulator can run them here, in one go command
+// (the packages compile once and share the test's build cache). It returns name → binary.
+func Build(ctx context.Context, moduleRoot, outDir string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", outDir+string(os.PathSeparator), "./functions/...")
+	cmd.Dir = moduleRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build the functions: %w\n%s", err, out)
+	}
+	entries, err := os.ReadDir(outDir)
+	if err != nil {
+		return nil, err
+	}
+	bins := map[string]string{}
+	for _, e := range entries {
+		bins[e.Name()] = filepath.Join(outDir, e.Name())
+	}
+	return bins, nil
+}
+
+// Function is one bootstrap running under the emulator.
+type Function struct {
+	Name string
+	addr string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// Start runs the bootstrap under the emulator with env (the function's configuration).
+func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Function, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	api, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", api, bootstrap)
+	cmd.Dir = filepath.Dir(bootstrap)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "AWS_LAMBDA_FUNCTION_NAME=" + name,
+		"AWS_LAMBDA_FUNCTION_TIMEOUT=30", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256", "AWS_REGION=us-east-1"}, env...)
+	f := &Function{Name: name, addr: addr, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = f.out, f.out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = cmd.Wait(); close(f.done) }()
+	if err := f.waitListening(ctx); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+// waitListening waits for the emulator's port to accept connections (it listens right after
+// it starts; the function itself starts on the first invoke, as a cold start does).
+func (f *Function) waitListening(ctx context.Context) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-f.done:
+			return fmt.Errorf("the emulator for %s exited:\n%s", f.Name, f.out.String())
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", f.addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("the emulator for %s is not listening on %s", f.Name, f.addr)
+}
+
+// Invoke sends one event and returns the function's response payload.
+func (f *Function) Invoke(ctx context.Context, event []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+f.addr+"/2015-03-31/functions/function/invocations", bytes.NewReader(event))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return body, fmt.Errorf("invoke %s: emulator answered %d: %s\n%s", f.Name, resp.StatusCode, body, f.out.String())
+	}
+	return body, nil
+}
+
+// initReport is the emulator's report of the function's init phase (its cold start).
+var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+
+// InitDuration is the cold-start init time the emulator reported for the first invoke.
+func (f *Function) InitDuration() (time.Duration, error) {
+	m := initReport.FindStringSubmatch(f.out.String())
+	if m == nil {
+		return 0, errors.New("the emulator reported no init duration")
+	}
+	ms, err := strconv.ParseFloat(m[1], 64)
+	return time.Duration(ms * float64(time.Millisecond)), err
+}
+
+// Log is everything the emulator and the function printed.
+func (f *Function) Log() string { return f.out.String() }
+
+// Stop ends the emulator and the function.
+func (f *Function) Stop() {
+	if f.cmd.Process != nil {
+		_ = f.cmd.Process.Kill()
+	}
+	<-f.done
+}
+
+// LogLines are the function's own JSON log lines.
+func (f *Function) LogLines() []string {
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(f.out.String()))
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "{") {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// syncBuffer collects a process's output while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,189 @@
+// Package localstack is Mediator on one machine: a PostgreSQL (a local cluster, or
+// DATABASE_URL), a migrated database, and the real handlers behind the local gateway on
+// 127.0.0.1. `make dev`, `make migrate`, `make demo` and `make bench` all start it here.
+package localstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"mediator/localdev/gateway"
+	"mediator/localdev/localpg"
+	"mediator/shared/config"
+	"mediator/shared/httpapi"
+	"mediator/shared/migrator"
+	"mediator/shared/startup"
+	"mediator/shared/store"
+)
+
+// Options choose the cluster and the database.
+type Options struct {
+	Cluster string // the cluster's folder under .localdev: pg-<Cluster>
+	// Database is created if missing. With DATABASE_URL, the URL's own database is used as it
+	// is, unless Fresh: then Database is made on that server (demos and benchmarks start
+	// clean and never touch the user's data).
+	Database string
+	Fresh    bool // drop the database first: every start from an empty fleet
+	Settings []string
+	Log      *slog.Logger // the handlers' log; nil is JSON on stderr at LOG_LEVEL
+	Logf     func(format string, args ...any)
+	Tracer   pgx.QueryTracer
+}
+
+// Stack is a running local Mediator.
+type Stack struct {
+	Config config.Config
+	Store  *store.Store
+	Log    *slog.Logger
+	Base   string // http://127.0.0.1:port once Serve has started
+	pg     *localpg.Server
+	server *http.Server
+	served chan error
+}
+
+// Open brings up PostgreSQL, the database and its schema, and the store — everything but the
+// HTTP server. On error, Stop releases what did start.
+func Open(ctx context.Context, o Options) (*Stack, error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	s := &Stack{}
+	var err error
+	s.pg, err = localpg.Ensure(ctx, localpg.Options{Dir: filepath.Join(".localdev", "pg-"+o.Cluster), Settings: o.Settings, Logf: o.Logf})
+	if err != nil {
+		return s, err
+	}
+	dbURL := s.pg.URL
+	if !s.pg.External || o.Fresh {
+		if dbURL, err = ensureDatabase(ctx, s.pg.URL, o.Database, o.Fresh); err != nil {
+			return s, err
+		}
+	}
+	if s.Config, err = LoadConfig(dbURL); err != nil {
+		return s, err
+	}
+	s.Log = o.Log
+	if s.Log == nil {
+		s.Log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.Config.LogLevel}))
+	}
+	if s.Store, err = startup.OpenStore(ctx, s.Config, "mediator-local", s.Log, o.Tracer); err != nil {
+		return s, err
+	}
+	if _, err := migrator.Handler(s.Store, s.Log)(ctx, nil); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// LoadConfig reads every setting from this process's environment, as a function does; only
+// the database and the pool size have local defaults (one process serves every function).
+func LoadConfig(dbURL string) (config.Config, error) {
+	return config.Load(func(name string) string {
+		switch v := os.Getenv(name); {
+		case name == "DATABASE_URL":
+			return dbURL
+		case name == "DB_MAX_CONNS" && v == "":
+			return "8"
+		default:
+			return v
+		}
+	})
+}
+
+// Serve puts every function behind the local gateway on 127.0.0.1:port (0 for a free port)
+// and returns once it accepts connections.
+func (s *Stack) Serve(port int, tokens *gateway.Tokens, extra map[string]http.HandlerFunc) error {
+	gw := &gateway.Gateway{
+		Routes: httpapi.Routes, Functions: httpapi.Functions(s.Deps()), Tokens: tokens, Log: s.Log, Extra: extra,
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	s.Base = "http://" + ln.Addr().String()
+	s.server = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	s.served = make(chan error, 1)
+	go func() { s.served <- s.server.Serve(ln) }()
+	return nil
+}
+
+// Deps are what every handler is built from.
+func (s *Stack) Deps() httpapi.Deps {
+	return httpapi.Deps{Store: s.Store, Config: s.Config, Log: s.Log}
+}
+
+// Wait blocks until the server stops or ctx ends.
+func (s *Stack) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-s.served:
+		s.served <- err
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}
+
+// Stop shuts down whatever started, in reverse order. The PostgreSQL cluster is stopped only
+// when this process started it: one found running belongs to another `make dev`, and a
+// DATABASE_URL server is someone else's.
+func (s *Stack) Stop() {
+	if s.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.server.Shutdown(ctx)
+	}
+	if s.Store != nil {
+		s.Store.Close()
+	}
+	if s.pg != nil && s.pg.Started {
+		if err := s.pg.Stop(context.Background()); err != nil && s.Log != nil {
+			s.Log.Warn("stopping PostgreSQL", "error", err.Error())
+		}
+	}
+}
+
+// ensureDatabase creates database name on the server of adminURL (dropping it first when
+// fresh) and returns its URL, keeping the server URL's user, password and options.
+func ensureDatabase(ctx context.Context, adminURL, name string, fresh bool) (string, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("localstack: DATABASE_URL must be a postgres:// URL")
+	}
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{name}.Sanitize()
+	if fresh {
+		// WITH (FORCE): a run killed halfway may have left connections behind.
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+			return "", err
+		}
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+			return "", err
+		}
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}

@@ -1,0 +1,135 @@
+// Package dbcreds turns the database settings into connection parameters, with credentials
+// from wherever the deployment keeps them:
+//
+//   - DATABASE_URL: used as given.
+//   - DB_SECRET_ARN: a Secrets Manager secret in the RDS shape, read once per cold start.
+//     DB_HOST, when set, replaces the secret's host: the secret names the cluster, the functions
+//     connect through the RDS Proxy.
+//   - DB_IAM_AUTH=true: no password at all; every new connection gets a fresh RDS IAM token,
+//     minted in pgx's BeforeConnect, because a token is only good for 15 minutes and a Lambda
+//     environment can live for hours.
+package dbcreds
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/rds/auth"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/jackc/pgx/v5"
+
+	"mediator/shared/config"
+	"mediator/shared/store"
+)
+
+// LoadAWS loads the AWS configuration (awsconfig.LoadDefaultConfig in a function; a stand-in
+// endpoint in tests). It is only called when the credentials live in AWS.
+type LoadAWS func(context.Context) (aws.Config, error)
+
+// PoolParams returns how to connect; the caller adds the pool's own settings.
+func PoolParams(ctx context.Context, db config.Database, loadAWS LoadAWS) (store.PoolParams, error) {
+	p := store.PoolParams{
+		MaxConns: db.MaxConns, StatementTimeout: db.StatementTimeout, IdleInTxTimeout: db.IdleInTxTimeout,
+		ViaProxy: db.ViaProxy,
+	}
+	switch {
+	case db.URL != "":
+		p.URL = db.URL
+		return p, nil
+	case db.SecretARN != "":
+		cfg, err := loadAWS(ctx)
+		if err != nil {
+			return p, fmt.Errorf("dbcreds: load the AWS configuration: %w", err)
+		}
+		p.URL, err = fromSecret(ctx, secretsmanager.NewFromConfig(cfg), db)
+		return p, err
+	case db.IAMAuth:
+		cfg, err := loadAWS(ctx)
+		if err != nil {
+			return p, fmt.Errorf("dbcreds: load the AWS configuration: %w", err)
+		}
+		p.URL = dsn(db.User, "", db.Host, db.Port, db.Name, db.SSLMode)
+		p.BeforeConnect = iamToken(db, cfg)
+		return p, nil
+	}
+	return p, errors.New("dbcreds: no database credentials configured")
+}
+
+// secret is the RDS shape of a database secret.
+type secret struct {
+	Username string          `json:"username"`
+	Password string          `json:"password"`
+	Host     string          `json:"host"`
+	Port     json.RawMessage `json:"port"` // a number in RDS's secrets, a string in some hand-made ones
+	DBName   string          `json:"dbname"`
+}
+
+// SecretsManager is the one call this package makes.
+type SecretsManager interface {
+	GetSecretValue(context.Context, *secretsmanager.GetSecretValueInput, ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+func fromSecret(ctx context.Context, sm SecretsManager, db config.Database) (string, error) {
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(db.SecretARN)})
+	if err != nil {
+		return "", fmt.Errorf("dbcreds: read the secret DB_SECRET_ARN names: %w", err)
+	}
+	var s secret
+	if out.SecretString == nil || json.Unmarshal([]byte(*out.SecretString), &s) != nil {
+		return "", errors.New("dbcreds: the DB_SECRET_ARN secret is not JSON in the RDS shape (username, password, host, port, dbname)")
+	}
+	host, port, name := s.Host, db.Port, s.DBName
+	if p, err := strconv.Atoi(string(trimQuotes(s.Port))); err == nil && p > 0 {
+		port = p
+	}
+	if db.Host != "" {
+		host = db.Host
+	}
+	if db.Name != "" {
+		name = db.Name
+	}
+	switch {
+	case s.Username == "" || s.Password == "":
+		return "", errors.New("dbcreds: the DB_SECRET_ARN secret has no username or password")
+	case host == "" || name == "":
+		return "", errors.New("dbcreds: no database host or name (set DB_HOST and DB_NAME, or put host and dbname in the secret)")
+	}
+	return dsn(s.Username, s.Password, host, port, name, db.SSLMode), nil
+}
+
+func trimQuotes(b []byte) []byte {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
+		return b[1 : len(b)-1]
+	}
+	return b
+}
+
+// iamToken mints an RDS IAM token for each new connection.
+func iamToken(db config.Database, cfg aws.Config) func(context.Context, *pgx.ConnConfig) error {
+	endpoint := net.JoinHostPort(db.Host, strconv.Itoa(db.Port))
+	return func(ctx context.Context, cc *pgx.ConnConfig) error {
+		token, err := auth.BuildAuthToken(ctx, endpoint, db.Region, db.User, cfg.Credentials)
+		if err != nil {
+			return fmt.Errorf("dbcreds: mint an RDS IAM token: %w", err)
+		}
+		cc.Password = token
+		return nil
+	}
+}
+
+func dsn(user, password, host string, port int, name, sslmode string) string {
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: "/" + name}
+	if password != "" {
+		u.User = url.UserPassword(user, password)
+	} else {
+		u.User = url.User(user)
+	}
+	u.RawQuery = url.Values{"sslmode": {sslmode}}.Encode()
+	return u.String()
+}
