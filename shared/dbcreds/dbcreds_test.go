@@ -166,4 +166,3 @@ func TestIAMTokenPerConnection(t *testing.T) {
 		t.Fatalf("%d tokens for 2 connections", minted.Load())
 	}
 }
-
