@@ -4,7 +4,7 @@ GO ?= go
 LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 FUNCTIONS := submit query nodes result cancel reap migrate
 
-.PHONY: help dev test migrate build lint clean demo
+.PHONY: help dev test stress migrate build lint clean demo
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -18,6 +18,10 @@ test: ## every test, against a throwaway PostgreSQL (or DATABASE_URL)
 
 demo: ## a local stack and a simulated fleet play the CP2 gate, then a run survives a node restart
 	$(GO) run ./localdev/cmd/demo
+
+stress: ## the concurrent stress test at its long size (make test runs it at CI size)
+	@status=0; $(GO) test -count=1 -timeout 30m -run 'TestStress' ./localdev/stress/ -long -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|stress_test' || status=$$?; \
+	$(LOCAL) stop test >/dev/null 2>&1 || true; exit $$status
 
 migrate: ## apply the migrations to the local database (the migrate function's code)
 	$(LOCAL) migrate

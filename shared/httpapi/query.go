@@ -112,6 +112,10 @@ func encodeCursor(c store.Cursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAtMicros, 10) + ":" + c.RunID))
 }
 
+// maxCursorMicros is the year 10000: a cursor time past it (or before 1970) was never given
+// out, and would overflow PostgreSQL's timestamp arithmetic.
+const maxCursorMicros = 253402300800000000
+
 func decodeCursor(s string) (*store.Cursor, bool) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
@@ -119,7 +123,7 @@ func decodeCursor(s string) (*store.Cursor, bool) {
 	}
 	micros, runID, ok := strings.Cut(string(raw), ":")
 	n, err := strconv.ParseInt(micros, 10, 64)
-	if !ok || err != nil || !request.IDPattern.MatchString(runID) {
+	if !ok || err != nil || n < 0 || n >= maxCursorMicros || !request.IDPattern.MatchString(runID) {
 		return nil, false
 	}
 	return &store.Cursor{CreatedAtMicros: n, RunID: runID}, true

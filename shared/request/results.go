@@ -31,12 +31,13 @@ func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Pro
 		o.fail("epoch", "is required")
 	}
 	p.Epoch, _ = o.integer("epoch", 0, 1, math.MaxInt64)
-	status, _ := o.str("status", true)
-	switch status {
-	case store.ReportStarted, store.ReportSucceeded, store.ReportFailed, store.ReportCancelled, "":
-		p.Status = status
-	default:
-		o.fail("status", "must be one of started, succeeded, failed, cancelled")
+	if status, ok := o.str("status", true); ok {
+		switch status {
+		case store.ReportStarted, store.ReportSucceeded, store.ReportFailed, store.ReportCancelled:
+			p.Status = status
+		default:
+			o.fail("status", "must be one of started, succeeded, failed, cancelled")
+		}
 	}
 	if v, set := o.integer("exit_code", 0, math.MinInt32, math.MaxInt32); set {
 		code := int(v)

@@ -140,10 +140,10 @@ func labelsUpTo(o *object, key string, v any, limit int) []string {
 		return nil
 	}
 	set := map[string]bool{}
-	for i, item := range list {
-		s, ok := item.(string)
+	for i, v := range list {
+		s, ok := v.(string)
 		if !ok || !labelPattern.MatchString(s) {
-			o.fail(fmt.Sprintf("%s[%d]", key, i), "must be a label matching "+labelPattern.String())
+			o.failAt(item(o.path, key, i), "must be a label matching "+labelPattern.String())
 			continue
 		}
 		set[s] = true
@@ -208,7 +208,7 @@ func steps(o *object, roles []store.NewRole) []store.NewStep {
 	checkGraph(o, out, index)
 	for _, r := range roles {
 		if !hasStepFor(out, r.Name) {
-			o.fail(join("roles", r.Name), "has no step: every role needs at least one")
+			o.failAt(join("roles", r.Name), "has no step: every role needs at least one")
 		}
 	}
 	return out
@@ -242,11 +242,11 @@ func afterList(so *object) []string {
 	for i, v := range list {
 		s, isStr := v.(string)
 		if !isStr || !namePattern.MatchString(s) {
-			so.fail(fmt.Sprintf("after[%d]", i), "must be a step id")
+			so.failAt(item(so.path, "after", i), "must be a step id")
 			continue
 		}
 		if seen[s] {
-			so.fail(fmt.Sprintf("after[%d]", i), fmt.Sprintf("names %q twice", s))
+			so.failAt(item(so.path, "after", i), fmt.Sprintf("names %q twice", s))
 			continue
 		}
 		seen[s] = true
@@ -261,9 +261,9 @@ func checkGraph(o *object, steps []store.NewStep, index map[string]int) {
 	for i, s := range steps {
 		for j, a := range s.After {
 			if _, ok := index[a]; !ok {
-				o.fail(fmt.Sprintf("steps[%d].after[%d]", i, j), fmt.Sprintf("names no step of this run (%q)", a))
+				o.failAt(fmt.Sprintf("steps[%d].after[%d]", i, j), fmt.Sprintf("names no step of this run (%q)", a))
 			} else if a == s.ID {
-				o.fail(fmt.Sprintf("steps[%d].after[%d]", i, j), "a step cannot wait for itself")
+				o.failAt(fmt.Sprintf("steps[%d].after[%d]", i, j), "a step cannot wait for itself")
 			}
 		}
 	}
@@ -295,7 +295,7 @@ func checkGraph(o *object, steps []store.NewStep, index map[string]int) {
 	}
 	for i, w := range waiting {
 		if w > 0 {
-			o.fail(fmt.Sprintf("steps[%d].after", i), "is part of a cycle: these steps wait for each other")
+			o.failAt(fmt.Sprintf("steps[%d].after", i), "is part of a cycle: these steps wait for each other")
 		}
 	}
 }

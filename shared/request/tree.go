@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,8 +69,8 @@ func parseValue(dec *json.Decoder, path string, depth int) (any, *parseError) {
 		}
 		return t, nil
 	case json.Number:
-		if f, err := strconv.ParseFloat(string(t), 64); err != nil || math.IsInf(f, 0) {
-			return nil, &parseError{path, "number out of range"}
+		if !storable(t) {
+			return nil, &parseError{path, "number out of range (at most 100 characters, magnitude within a double's)"}
 		}
 		return t, nil
 	default: // bool, nil
@@ -129,7 +130,37 @@ func syntaxError(path string, dec *json.Decoder, err error) *parseError {
 	return &parseError{path, fmt.Sprintf("malformed JSON near byte %d", dec.InputOffset())}
 }
 
+// plainKey is a key a path can carry as it is; any other key is written in bracket form,
+// quoted as JSON (steps[0].spec["a b"]), so an unknown field named "steps[0].id" is never
+// reported as if the client's step id were wrong.
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// storable reports whether PostgreSQL's jsonb will take the number as written: it parses
+// the literal itself, so 1e-20000 (which a double rounds to 0) or 0e9999999999 are refused
+// there — a 500 — unless refused here.
+func storable(n json.Number) bool {
+	lit := string(n)
+	if len(lit) > 100 {
+		return false
+	}
+	if f, err := strconv.ParseFloat(lit, 64); err != nil || math.IsInf(f, 0) {
+		return false
+	}
+	if i := strings.IndexAny(lit, "eE"); i >= 0 {
+		exp, err := strconv.Atoi(strings.TrimPrefix(lit[i+1:], "+"))
+		return err == nil && exp >= -308 && exp <= 308
+	}
+	return true
+}
+
+// item is the path of element i of the array at key under path.
+func item(path, key string, i int) string { return fmt.Sprintf("%s[%d]", join(path, key), i) }
+
 func join(path, key string) string {
+	if !plainKey.MatchString(key) {
+		q, _ := json.Marshal(key)
+		return path + "[" + string(q) + "]"
+	}
 	if path == "" {
 		return key
 	}
@@ -154,8 +185,12 @@ func newObject(v any, path string, errs *[]problem.FieldError) *object {
 	return &object{path: path, m: m, errs: errs, read: map[string]bool{}}
 }
 
-func (o *object) fail(key, msg string) {
-	*o.errs = append(*o.errs, problem.FieldError{Path: join(o.path, key), Message: msg})
+// fail reports a problem with the field key of this object.
+func (o *object) fail(key, msg string) { o.failAt(join(o.path, key), msg) }
+
+// failAt reports a problem at a path built with join and item.
+func (o *object) failAt(path, msg string) {
+	*o.errs = append(*o.errs, problem.FieldError{Path: path, Message: msg})
 }
 
 // get returns a field that is present and not null.

@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // Translate exposes the one pgx-error translation to the external tests, which break each
 // constraint with raw SQL and check what the store makes of it.
@@ -11,4 +15,16 @@ func Translate(err error) error { return translate(err) }
 func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool, error) {
 	lost, _, err := s.reapLease(ctx, leaseRef{NodeID: nodeID, Epoch: epoch})
 	return lost, err
+}
+
+// ReportHolding applies a report and, before committing it, calls then() while the run's lock
+// is still held: a test can queue another writer behind the report.
+func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := s.report(ctx, tx, p); err != nil {
+			return err
+		}
+		then()
+		return nil
+	})
 }

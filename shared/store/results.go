@@ -48,20 +48,27 @@ type reportStep struct {
 	Retries  int      `json:"retries"`
 	ExitCode *int     `json:"exit_code"`
 	Epoch    *int64   `json:"epoch"`
+	NodeID   string   `json:"node_id"` // the node the step's role was given
 }
 
-// reportReadSQL locks the run — every writer of a run takes its row first, so a report, a
-// cancel and a reaper never interleave on one run — and reads its steps and this node's lease.
-const reportReadSQL = `
-	SELECT r.owner, r.state, r.attempt, r.cancel_requested_at IS NOT NULL,
-	       (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state,
+// lockRunSQL takes the run's row lock: every writer of a run takes it first, so a report, a
+// cancel and a reaper never interleave on one run.
+const lockRunSQL = `SELECT owner, state, attempt, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = $1 FOR UPDATE`
+
+// readLockedSQL reads the run's steps and nodeID's lease on it. It is a statement of its own,
+// after the lock, on purpose: a SELECT ... FOR UPDATE that waited for the lock re-reads the
+// locked row but not the rest of its statement, so steps read in the same statement as the
+// lock were as they stood before the writer we waited for. A cancel queued behind the report
+// that finished the last running step decided from those and left the run RUNNING with every
+// step final and no lease (found by the stress test; TestWriterDecidesFromTheRunAsLocked).
+const readLockedSQL = `
+	SELECT (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state,
 	                'after', s.after, 'tries', s.tries, 'retries', s.retries, 'exit_code', s.exit_code,
-	                'epoch', s.epoch) ORDER BY s.ordinal)
-	          FROM steps s WHERE s.run_id = r.run_id),
+	                'epoch', s.epoch, 'node_id', ro.node_id) ORDER BY s.ordinal)
+	          FROM steps s JOIN run_roles ro ON ro.run_id = s.run_id AND ro.role = s.role
+	          WHERE s.run_id = $1),
 	       l.epoch, l.boot_id, l.role
-	FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id AND l.node_id = $2
-	WHERE r.run_id = $1
-	FOR UPDATE OF r`
+	FROM (SELECT 1) one LEFT JOIN leases l ON l.run_id = $1 AND l.node_id = $2`
 
 // lockedRun is a run as a writer sees it once it holds the run's row.
 type lockedRun struct {
@@ -73,11 +80,13 @@ type lockedRun struct {
 	boot, role   *string
 }
 
-// lockRun locks a run and reads it with nodeID's lease on it ("" for none).
+// lockRun locks a run, then reads it with nodeID's lease on it ("" for none).
 func lockRun(ctx context.Context, tx pgx.Tx, runID, nodeID string) (lockedRun, error) {
 	var r lockedRun
-	err := tx.QueryRow(ctx, reportReadSQL, runID, nodeID).Scan(&r.owner, &r.state, &r.attempt, &r.cancelling,
-		&r.steps, &r.epoch, &r.boot, &r.role)
+	if err := tx.QueryRow(ctx, lockRunSQL, runID).Scan(&r.owner, &r.state, &r.attempt, &r.cancelling); err != nil {
+		return r, err
+	}
+	err := tx.QueryRow(ctx, readLockedSQL, runID, nodeID).Scan(&r.steps, &r.epoch, &r.boot, &r.role)
 	return r, err
 }
 
@@ -139,9 +148,10 @@ func (s *Store) report(ctx context.Context, tx pgx.Tx, p ReportParams) (ReportRe
 	}
 	st := steps[i]
 	want := reportedState(p.Status)
-	// The same report again — recognised by the epoch it was accepted under, because after a
-	// settle the lease it was fenced by is gone — changes nothing.
-	if st.Epoch != nil && *st.Epoch == p.Epoch && st.State == want && sameCode(st.ExitCode, p.ExitCode, want) {
+	// The same report again — recognised by the node and the epoch it was accepted under,
+	// because after a settle the lease it was fenced by is gone — changes nothing. Without the
+	// node, any node repeating another's report got 200 (found by the hostile-input catalogue).
+	if st.Epoch != nil && *st.Epoch == p.Epoch && st.NodeID == p.NodeID && st.State == want && sameCode(st.ExitCode, p.ExitCode, want) {
 		return ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}, nil
 	}
 	if runState != Running || epoch == nil || *epoch != p.Epoch || *boot != p.BootID || *role != st.Role {

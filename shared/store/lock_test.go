@@ -1,0 +1,68 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/store"
+)
+
+// A writer that waits for a run's lock must decide from the run as it is once it holds the
+// lock, not as it was when it started waiting. Found by the stress test: a cancel queued behind
+// the report that finished a run's last running step read the steps from before that report,
+// and left the run RUNNING with every step final and no lease.
+func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.PoolSize(6))
+	ctx := context.Background()
+	env.Heartbeat("A", "b1", false, "dut")
+	env.Heartbeat("B", "b1", false, "host")
+	pair := apitest.NewRun("pair")
+	pair.Roles = []store.NewRole{{Name: "dut", Needs: []string{"dut"}}, {Name: "host", Needs: []string{"host"}}}
+	pair.Steps = []store.NewStep{
+		{ID: "flash", Role: "host", After: []string{}, Spec: []byte(`{}`)},
+		{ID: "test", Role: "dut", After: []string{"flash"}, Spec: []byte(`{}`)},
+	}
+	if res := env.Submit(pair); res.Run.State != store.Running {
+		t.Fatalf("pair: %s", res.Run.State)
+	}
+	epoch := env.Epoch("B")
+	if resp := env.Report("B", "b1", epoch, "pair", "flash", "started"); resp.Status != 200 {
+		t.Fatal(resp)
+	}
+	// flash succeeds; while that report holds the run, a cancel queues up behind it.
+	errs := make(chan error, 1)
+	err := env.Store.ReportHolding(ctx, store.ReportParams{RunID: "pair", StepID: "flash", NodeID: "B", BootID: "b1",
+		Epoch: epoch, Status: store.ReportSucceeded}, func() {
+		go func() {
+			_, err := env.Store.Cancel(ctx, store.CancelParams{RunID: "pair", Viewer: store.Viewer{Admin: true}})
+			errs <- err
+		}()
+		waitForLockWaiter(t, env)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	// When the cancel held the run, flash had succeeded and test had not started: nothing was
+	// running, so the cancel settles the run at once.
+	if state := env.State("pair"); state != store.Cancelled {
+		t.Fatalf("pair is %s; the cancel decided from the run as it was before it held the lock", state)
+	}
+	env.CheckInvariants()
+}
+
+// waitForLockWaiter returns once some backend of this database waits on a lock — the state the
+// test needs, observed, not waited for by the clock.
+func waitForLockWaiter(t *testing.T, env *apitest.Env) {
+	t.Helper()
+	for range 5000 {
+		if env.Count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0 {
+			return
+		}
+	}
+	t.Fatal("no writer ever waited for the run's lock")
+}
