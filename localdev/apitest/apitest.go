@@ -5,13 +5,11 @@
 package apitest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -136,19 +134,9 @@ func (e *Env) Event(who auth.Principal, method, target string, body any) (events
 			e.T.Fatal(err)
 		}
 	}
-	req := httptest.NewRequest(method, target, bytes.NewReader(raw))
-	if raw != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	route, params, ok := e.gw.Match(method, req.URL.Path)
-	if !ok {
-		e.T.Fatalf("no route for %s %s", method, req.URL.Path)
-	}
-	ev := e.gw.Event(req, route, params, raw)
-	if who.Kind != "" {
-		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			Lambda: map[string]any{"kind": string(who.Kind), "id": who.ID},
-		}
+	ev, route, err := e.gw.Request(who, method, target, raw)
+	if err != nil {
+		e.T.Fatal(err)
 	}
 	return ev, route
 }

@@ -3,6 +3,7 @@ package emulator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"mediator/localdev/emulator"
 	"mediator/localdev/testdb"
+	"mediator/migrations"
 	"mediator/shared/store"
 )
 
@@ -157,7 +159,7 @@ func TestCP2GateUnderTheEmulator(t *testing.T) {
 
 	s := startStack(t, dbURL, functions...)
 	out, err := s.fns["migrate"].Invoke(ctx, []byte("{}"))
-	if err != nil || !strings.Contains(string(out), `"schema_version":1`) {
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf(`"schema_version":%d`, migrations.Latest())) {
 		t.Fatalf("migrate: %s %v", out, err)
 	}
 

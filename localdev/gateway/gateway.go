@@ -5,21 +5,25 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"mediator/shared/auth"
 	"mediator/shared/httpapi"
 )
 
@@ -130,6 +134,26 @@ func (g *Gateway) Event(r *http.Request, route httpapi.Route, params map[string]
 		}
 	}
 	return ev
+}
+
+// Request builds the event API Gateway would send for method and target (path and query)
+// with a JSON body, as who: what tests and benchmarks send the handlers directly.
+func (g *Gateway) Request(who auth.Principal, method, target string, body []byte) (events.APIGatewayV2HTTPRequest, httpapi.Route, error) {
+	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	route, params, ok := g.Match(method, req.URL.Path)
+	if !ok {
+		return events.APIGatewayV2HTTPRequest{}, route, fmt.Errorf("no route for %s %s", method, req.URL.Path)
+	}
+	ev := g.Event(req, route, params, body)
+	if who.Kind != "" {
+		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			Lambda: map[string]any{"kind": string(who.Kind), "id": who.ID},
+		}
+	}
+	return ev, route, nil
 }
 
 func textual(contentType string) bool {

@@ -104,6 +104,25 @@ func Ensure(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// ClusterDir is where cluster name lives: .localdev/pg-<name> at the root of the checkout
+// (the folder whose go.mod is module mediator), from wherever the command runs.
+func ClusterDir(name string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module mediator\n") {
+			return filepath.Join(dir, ".localdev", "pg-"+name), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("localpg: not inside the mediator checkout")
+		}
+		dir = parent
+	}
+}
+
 // StopDir stops the cluster kept in dir, if one is running there.
 func StopDir(ctx context.Context, dir string) error {
 	if os.Getenv("DATABASE_URL") != "" {

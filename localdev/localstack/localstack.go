@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -59,8 +58,11 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 		o.Logf = func(string, ...any) {}
 	}
 	s := &Stack{}
-	var err error
-	s.pg, err = localpg.Ensure(ctx, localpg.Options{Dir: filepath.Join(".localdev", "pg-"+o.Cluster), Settings: o.Settings, Logf: o.Logf})
+	dir, err := localpg.ClusterDir(o.Cluster)
+	if err != nil {
+		return s, err
+	}
+	s.pg, err = localpg.Ensure(ctx, localpg.Options{Dir: dir, Settings: o.Settings, Logf: o.Logf})
 	if err != nil {
 		return s, err
 	}

@@ -363,7 +363,7 @@ func (a *agent) beat() {
 
 func (a *agent) work(epoch int64, st store.NodeStep) {
 	if !a.calm && a.rng.IntN(20) == 0 { // a stale epoch: refused, nothing changes
-		a.report(epoch-1, st, "started", 409)
+		a.report(epoch+1_000_000, st, "started", 409)
 	}
 	if !a.calm && a.rng.IntN(30) == 0 { // finishing before starting: refused
 		a.report(epoch, st, "succeeded", 409)

@@ -15,8 +15,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -74,16 +72,13 @@ func Server(t testing.TB) string {
 }
 
 func setup() error {
-	root, err := repoRoot()
+	dir, err := localpg.ClusterDir("test")
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	server, err = localpg.Ensure(ctx, localpg.Options{
-		Dir:      filepath.Join(root, ".localdev", "pg-test"),
-		Settings: clusterSettings,
-	})
+	server, err = localpg.Ensure(ctx, localpg.Options{Dir: dir, Settings: clusterSettings})
 	if err != nil {
 		return err
 	}
@@ -173,23 +168,6 @@ func withDatabase(raw, name string) string {
 	}
 	u.Path = "/" + name
 	return u.String()
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("testdb: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func randomHex(n int) string {

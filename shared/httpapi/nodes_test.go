@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -296,4 +297,41 @@ func TestRunMateLearnsOfTheRestart(t *testing.T) {
 		t.Fatalf("node_lost events: %d", n)
 	}
 	env.CheckInvariants()
+}
+
+// A node that heartbeats again within a second writes nothing — not its advert, not its lease —
+// so polling for work costs reads, not commits; past that, the heartbeat renews both.
+func TestFastHeartbeatsWriteNothing(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "board")
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("r", "board"))
+	version := func() string {
+		var v string
+		_ = env.Store.Pool().QueryRow(context.Background(),
+			`SELECT n.xmin::text || '/' || l.xmin::text FROM nodes n JOIN leases l USING (node_id) WHERE node_id = 'A'`).Scan(&v)
+		return v
+	}
+	before := version()
+	for range 3 {
+		if _, beat := env.Beat("A", "boot-1", false, "board"); beat.Lease == nil || len(beat.Steps) != 1 {
+			t.Fatalf("a fast heartbeat lost the node's work: %+v", beat)
+		}
+	}
+	if after := version(); after != before {
+		t.Fatalf("fast heartbeats wrote the node or its lease: %s -> %s", before, after)
+	}
+	// A second later (written, not slept), the next heartbeat renews.
+	env.Exec(`UPDATE nodes SET advert_expires_at = advert_expires_at - interval '2 seconds'`)
+	env.Exec(`UPDATE leases SET expires_at = expires_at - interval '2 seconds'`)
+	before = version()
+	env.Beat("A", "boot-1", false, "board")
+	if env.Count(`SELECT count(*) FROM leases WHERE expires_at > now() + interval '59 seconds'`) != 1 || version() == before {
+		t.Fatal("a heartbeat past the slack did not renew the lease")
+	}
+	// A changed advert is written at once, slack or not.
+	env.Beat("A", "boot-1", true, "board")
+	if env.Count(`SELECT count(*) FROM nodes WHERE draining`) != 1 {
+		t.Fatal("a drain within the slack was not written")
+	}
 }

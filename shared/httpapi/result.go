@@ -43,11 +43,19 @@ func result(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if res.Released > 0 {
-		c.wake() // a rollback (retry) releases nothing, so it never gets here
-	}
-	return reply{http.StatusOK, map[string]any{
+	answer := map[string]any{
 		"run_id": runID, "step_id": stepID, "step_state": res.StepState, "run_state": res.RunState,
 		"next": res.Next,
-	}}, nil
+	}
+	// A rollback (retry) releases nothing, so it never wakes. When this report freed the node,
+	// the wake prefers it, and the answer hands the node whatever run it holds now — placed by
+	// this wake or another — so a busy node goes from one run to the next without waiting for
+	// its next heartbeat.
+	if res.Released > 0 {
+		c.wake(p.NodeID)
+		if lease, steps, err := c.d.Store.NodeWork(c.ctx, p.NodeID, p.BootID); err == nil && lease != nil {
+			answer["next_run"] = map[string]any{"lease": lease, "steps": steps}
+		}
+	}
+	return reply{http.StatusOK, answer}, nil
 }

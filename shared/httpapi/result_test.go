@@ -184,3 +184,32 @@ func TestOversizedReport(t *testing.T) {
 		t.Fatalf("an oversized report changed the step: %s", got.Steps[0].State)
 	}
 }
+
+// A node whose last step just settled its run is handed the next queued run in the same
+// answer: it goes on without waiting for its next heartbeat.
+func TestResultHandsOverTheNextRun(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "board")
+	env.Beat("B", "boot-1", false, "board")
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("first", "board"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("second", "board"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("next", "board"))
+	node := getRun(t, env, "first").Assigned["main"]
+	e := env.Epoch(node)
+	env.Report(node, "boot-1", e, "first", "s1", "started")
+	resp := env.Report(node, "boot-1", e, "first", "s1", "succeeded")
+	var answer struct {
+		NextRun *struct {
+			Lease store.HeldLease  `json:"lease"`
+			Steps []store.NodeStep `json:"steps"`
+		} `json:"next_run"`
+	}
+	resp.Decode(t, &answer)
+	if answer.NextRun == nil || answer.NextRun.Lease.RunID != "next" || len(answer.NextRun.Steps) != 1 || !answer.NextRun.Steps[0].Runnable {
+		t.Fatalf("no next run handed over: %s", resp)
+	}
+	if r := env.Report(node, "boot-1", answer.NextRun.Lease.Epoch, "next", "s1", "started"); r.Status != 200 {
+		t.Fatalf("starting the handed-over run: %s", r)
+	}
+}

@@ -206,17 +206,18 @@ func header(req events.APIGatewayV2HTTPRequest, name string) string {
 	return ""
 }
 
-// wake runs WakeQueued after the handler's own commit. Its failure is logged and never
-// changes the answer: the client's request already succeeded.
-func (c *call) wake() {
-	res, err := c.d.Store.WakeQueued(c.ctx)
+// wake runs WakeQueued after the handler's own commit, preferring the nodes it names. Its
+// failure is logged and never changes the answer: the client's request already succeeded.
+func (c *call) wake(prefer ...string) store.WakeResult {
+	res, err := c.d.Store.WakeQueued(c.ctx, prefer...)
 	if err != nil {
 		c.d.Log.Warn("wake failed", "request_id", c.req.RequestContext.RequestID, "route", c.req.RouteKey, "error", err.Error())
-		return
+		return store.WakeResult{}
 	}
 	if res.Promoted > 0 {
 		c.d.Log.Info("wake", "request_id", c.req.RequestContext.RequestID, "promoted", res.Promoted)
 	}
+	return res
 }
 
 // allow refuses (403) a principal of any other kind.

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -182,5 +183,31 @@ func TestConcurrentSubmitsOfOneRunID(t *testing.T) {
 	}
 	if n := env.Count(`SELECT count(*) FROM runs WHERE run_id = 'same'`); n != 1 {
 		t.Fatalf("%d rows", n)
+	}
+}
+
+// The submit answers from what it stored, without reading the run back: the answer must be
+// the run as GET shows it, for every outcome.
+func TestSubmitAnswerIsTheStoredRun(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "board")
+	bodies := map[string]map[string]any{
+		"placed": {"run_id": "placed", "roles": map[string]any{"x": map[string]any{"needs": []string{"board"}}},
+			"steps":    []map[string]any{{"id": "a", "role": "x", "retries": 2}, {"id": "b", "role": "x", "after": []string{"a"}}},
+			"metadata": map[string]any{"z": 1, "a": []any{"x", true}}, "timeout_seconds": 60, "max_attempts": 3},
+		"queued": oneNodeRun("queued", "board"),
+		"failed": oneNodeRun("failed", "gpu"),
+	}
+	for _, name := range []string{"placed", "queued", "failed"} {
+		resp := env.Do(alice, "POST", "/v1/runs", bodies[name])
+		var answered, got map[string]any
+		resp.Decode(t, &answered)
+		env.Do(alice, "GET", "/v1/runs/"+name, nil).Decode(t, &got)
+		a, _ := json.Marshal(answered["run"])
+		g, _ := json.Marshal(got["run"])
+		if string(a) != string(g) {
+			t.Errorf("%s: the submit answered\n%s\nGET shows\n%s", name, a, g)
+		}
 	}
 }

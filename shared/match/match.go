@@ -7,6 +7,7 @@
 package match
 
 import (
+	"hash/fnv"
 	"slices"
 	"sort"
 )
@@ -32,6 +33,9 @@ type Node struct {
 	ID        string
 	Labels    []string
 	Available bool
+	// Preferred nodes come first among equally good ones: the wake prefers the node whose
+	// report just freed it, which is alive and hears of its next run in the same answer.
+	Preferred bool
 }
 
 // Result is the verdict with its evidence: the assignment when placeable, the unmet roles
@@ -42,8 +46,9 @@ type Result struct {
 	Unmet    []Role
 }
 
-// Place decides a run's verdict over the fleet.
-func Place(roles []Role, fleet []Node, maxWidth int) Result {
+// Place decides a run's verdict over the fleet. seed (the run's id) spreads runs over equally
+// good nodes; see Assign.
+func Place(roles []Role, fleet []Node, maxWidth int, seed string) Result {
 	if len(roles) > maxWidth {
 		return Result{Verdict: TooWide}
 	}
@@ -53,10 +58,10 @@ func Place(roles []Role, fleet []Node, maxWidth int) Result {
 			available = append(available, n)
 		}
 	}
-	if assigned, unmet := Assign(roles, available); len(unmet) == 0 {
+	if assigned, unmet := Assign(roles, available, seed); len(unmet) == 0 {
 		return Result{Verdict: Placeable, Assigned: assigned}
 	}
-	if _, unmet := Assign(roles, fleet); len(unmet) > 0 {
+	if _, unmet := Assign(roles, fleet, seed); len(unmet) > 0 {
 		return Result{Verdict: Impossible, Unmet: unmet}
 	}
 	return Result{Verdict: Busy}
@@ -75,15 +80,44 @@ func Satisfies(labels, needs []string) bool {
 // Assign finds a maximum matching of roles onto distinct nodes and returns it with the roles
 // it could not serve. Roles are tried in the order given and, for each, the capable nodes
 // with the fewest labels first: a run that needs little should not take the node a more
-// demanding run is waiting for. Ties go to the smaller node id, so the answer is stable.
-func Assign(roles []Role, nodes []Node) (map[string]string, []Role) {
-	order := slices.Clone(nodes)
-	sort.SliceStable(order, func(i, j int) bool {
-		if len(order[i].Labels) != len(order[j].Labels) {
-			return len(order[i].Labels) < len(order[j].Labels)
+// demanding run is waiting for.
+//
+// Among equally good nodes, preferred ones come first; then each seed (a run's id) has an
+// order of its own, a hash of seed and node id: concurrent runs then reach for different
+// boards of a lab instead of all for the first one, where all but one of them would lose the
+// race. The same roles, nodes and seed always give the same assignment; an empty seed orders
+// ties by node id.
+func Assign(roles []Role, nodes []Node, seed string) (map[string]string, []Role) {
+	type ranked struct {
+		Node
+		rank uint64
+	}
+	byRank := make([]ranked, len(nodes))
+	for i, n := range nodes {
+		byRank[i] = ranked{Node: n}
+		if seed != "" {
+			h := fnv.New64a()
+			h.Write([]byte(seed + "/" + n.ID))
+			byRank[i].rank = h.Sum64()
 		}
-		return order[i].ID < order[j].ID
+	}
+	sort.Slice(byRank, func(i, j int) bool {
+		a, b := byRank[i], byRank[j]
+		if len(a.Labels) != len(b.Labels) {
+			return len(a.Labels) < len(b.Labels)
+		}
+		if a.Preferred != b.Preferred {
+			return a.Preferred
+		}
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		return a.ID < b.ID
 	})
+	order := make([]Node, len(byRank))
+	for i, r := range byRank {
+		order[i] = r.Node
+	}
 	capable := make([][]int, len(roles))
 	for r, role := range roles {
 		for n, node := range order {

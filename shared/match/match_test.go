@@ -20,7 +20,7 @@ func TestNotGreedy(t *testing.T) {
 	// Equal label counts would let the fewest-labels order dodge the trap; give N2 a spare
 	// label so the first node A tries is N1, as a greedy pick would take it.
 	fleet := []match.Node{node("N1", true, "x", "y"), node("N2", true, "x", "z", "w")}
-	got := match.Place(roles, fleet, 16)
+	got := match.Place(roles, fleet, 16, "")
 	want := map[string]string{"A": "N2", "B": "N1"}
 	if got.Verdict != match.Placeable || !reflect.DeepEqual(got.Assigned, want) {
 		t.Fatalf("got %+v, want placeable %v", got, want)
@@ -52,7 +52,7 @@ func TestVerdicts(t *testing.T) {
 		if tc.want == match.TooWide {
 			width = 1
 		}
-		got := match.Place(tc.roles, tc.fleet, width)
+		got := match.Place(tc.roles, tc.fleet, width, "")
 		if got.Verdict != tc.want {
 			t.Errorf("%s: verdict %s, want %s", tc.name, got.Verdict, tc.want)
 			continue
@@ -88,10 +88,10 @@ func TestDeterministicAndValid(t *testing.T) {
 		for i := range 1 + rng.IntN(4) {
 			roles = append(roles, match.Role{Name: fmt.Sprintf("r%d", i), Needs: []string{labels[rng.IntN(len(labels))]}})
 		}
-		first, unmet := match.Assign(roles, fleet)
+		first, unmet := match.Assign(roles, fleet, fmt.Sprint("run-", trial))
 		shuffled := append([]match.Node{}, fleet...)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-		if again, _ := match.Assign(roles, shuffled); !reflect.DeepEqual(first, again) {
+		if again, _ := match.Assign(roles, shuffled, fmt.Sprint("run-", trial)); !reflect.DeepEqual(first, again) {
 			t.Fatalf("trial %d: %v then %v", trial, first, again)
 		}
 		used := map[string]bool{}
@@ -135,4 +135,49 @@ func bruteForce(roles []match.Role, fleet []match.Node) bool {
 		return false
 	}
 	return try(0, map[int]bool{})
+}
+
+// Runs of one shape spread over a lab of identical boards: different seeds prefer different
+// boards, so concurrent submits do not all race for the first one.
+func TestSeedsSpreadOverEqualNodes(t *testing.T) {
+	t.Parallel()
+	var fleet []match.Node
+	for i := range 20 {
+		fleet = append(fleet, node(fmt.Sprintf("board-%02d", i), true, "board"))
+	}
+	role := []match.Role{{Name: "main", Needs: []string{"board"}}}
+	chosen := map[string]bool{}
+	for i := range 20 {
+		a, _ := match.Assign(role, fleet, fmt.Sprint("run-", i))
+		chosen[a["main"]] = true
+	}
+	if len(chosen) < 8 {
+		t.Fatalf("20 runs chose only %d of 20 boards", len(chosen))
+	}
+	// A node with fewer labels still comes first, whatever the seed.
+	fleet = append(fleet, node("plain", true, "board"), node("rich", true, "board", "gpu"))
+	for i := range 5 {
+		if a, _ := match.Assign(role, fleet[20:], fmt.Sprint("run-", i)); a["main"] != "plain" {
+			t.Fatalf("seed %d took %s over the plainer node", i, a["main"])
+		}
+	}
+}
+
+// The node a wake was told to prefer wins among equally good nodes, but never over a node
+// with fewer labels.
+func TestPreferredNode(t *testing.T) {
+	t.Parallel()
+	role := []match.Role{{Name: "main", Needs: []string{"board"}}}
+	fleet := []match.Node{node("a", true, "board"), node("b", true, "board"), node("c", true, "board")}
+	fleet[1].Preferred = true
+	for i := range 10 {
+		if a, _ := match.Assign(role, fleet, fmt.Sprint("run-", i)); a["main"] != "b" {
+			t.Fatalf("seed %d: %s, want the preferred b", i, a["main"])
+		}
+	}
+	rich := []match.Node{node("plain", true, "board"), node("rich", true, "board", "gpu")}
+	rich[1].Preferred = true
+	if a, _ := match.Assign(role, rich, "x"); a["main"] != "plain" {
+		t.Fatalf("the preferred node with more labels won over the plainer one: %s", a["main"])
+	}
 }

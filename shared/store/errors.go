@@ -48,8 +48,9 @@ var constraintErrors = map[string]error{
 	// A lease inserted under the boot the promotion read, committing after a restart changed
 	// it — or a restart committing after a promotion it did not see. Either way, retry.
 	"leases_held_under_current_boot": ErrNodeTaken,
-	// Two first heartbeats of one node at once: the second's upsert trips the second unique
-	// index before its ON CONFLICT (node_id) can turn it into an update. Retrying does.
+	// Two first heartbeats of one node at once: both insert, the second is refused, and its
+	// retry finds the node and updates it.
+	"nodes_pkey":                ErrRetry,
 	"nodes_node_id_boot_id_key": ErrRetry,
 }
 

@@ -21,7 +21,16 @@ func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool
 // is still held: a test can queue another writer behind the report.
 func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := s.report(ctx, tx, p); err != nil {
+		lr, err := lockRun(ctx, tx, p.RunID, p.NodeID)
+		if err != nil {
+			return err
+		}
+		var res ReportResult
+		b := &pgx.Batch{}
+		if err := planReport(lr, p, b, &res); err != nil {
+			return err
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		then()

@@ -30,6 +30,7 @@ type lostLease struct {
 // attempt, holding nothing — or ends, FAILED with the reason, or CANCELLED if a cancel was
 // already under way. Either way the run's other leases are released with it.
 const loseSQL = `
+/* lose a lease */
 WITH lost AS (
     DELETE FROM leases WHERE node_id = @node_id::text AND epoch = @epoch::bigint
       AND (NOT @only_expired::bool OR expires_at < now())

@@ -52,48 +52,98 @@ type NodeStep struct {
 }
 
 // heartbeatSQL is the whole routine heartbeat in one statement, so it costs one round trip:
-// upsert the advert, renew the lease held under this boot, and read the node's steps.
+// register or refresh the advert, renew the lease held under this boot, read the node's steps.
+//
+// It writes only what is due. The advert and the lease are renewed unless the last renewal is
+// less than a second old (renewSlack), and the advert is rewritten at once when it changed:
+// a node that polls faster than once a second costs reads, not commits — before this, agents
+// polling for work made every heartbeat a WAL flush and starved everything else.
 //
 // The advert is only written when no lease is held under another boot (stale is empty). A
 // restart has to release that lease in the same transaction as the boot changes — the
 // deferred FK leases_held_under_current_boot refuses anything else — and that needs the run's
 // row lock first, so it goes through heartbeatAfterRestart instead.
 const heartbeatSQL = `
+/* heartbeat */
 WITH prev AS (
-    SELECT boot_id, labels, draining, advert_expires_at > now() AS live
+    SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
     FROM nodes WHERE node_id = @node_id::text
 ), stale AS (
     SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
-), up AS (
-    INSERT INTO nodes AS n (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
-    SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool, now() + @advert_ttl::float8 * interval '1 second', now()
-    WHERE NOT EXISTS (SELECT 1 FROM stale)
-    ON CONFLICT (node_id) DO UPDATE SET labels = excluded.labels, boot_id = excluded.boot_id,
-        draining = excluded.draining, advert_expires_at = excluded.advert_expires_at,
-        last_seen_at = excluded.last_seen_at
+), fresh AS (
+    SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[] AND draining = @draining::bool
+      AND advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
+), ins AS (
+    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
+    SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
+           now() + @advert_ttl::float8 * interval '1 second', now()
+    WHERE NOT EXISTS (SELECT 1 FROM prev)
     RETURNING node_id, labels, boot_id, draining, last_seen_at
+), upd AS (
+    UPDATE nodes SET labels = @labels::text[], boot_id = @boot_id::text, draining = @draining::bool,
+        advert_expires_at = now() + @advert_ttl::float8 * interval '1 second', last_seen_at = now()
+    WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM stale)
+    RETURNING node_id, labels, boot_id, draining, last_seen_at
+), node AS (
+    SELECT * FROM ins
+    UNION ALL SELECT * FROM upd
+    UNION ALL SELECT node_id, labels, boot_id, draining, last_seen_at FROM prev WHERE EXISTS (SELECT 1 FROM fresh)
+), held AS (
+    SELECT run_id, role, epoch, expires_at FROM leases
+    WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM node)
 ), renew AS (
     UPDATE leases SET expires_at = now() + @lease_ttl::float8 * interval '1 second'
-    WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM up)
+    WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM node)
+      AND expires_at < now() + (@lease_ttl::float8 - @slack::float8) * interval '1 second'
     RETURNING run_id, role, epoch, expires_at
+), lease AS (
+    SELECT * FROM renew UNION ALL SELECT * FROM held WHERE NOT EXISTS (SELECT 1 FROM renew)
 )
 SELECT
     EXISTS (SELECT 1 FROM stale),
     (SELECT boot_id FROM prev),
-    coalesce((SELECT NOT live OR draining AND NOT @draining::bool OR labels <> @labels::text[] FROM prev), true),
-    up.node_id, up.labels, up.boot_id, up.draining, up.last_seen_at,
-    renew.run_id, renew.epoch, renew.expires_at,
-    (SELECT coalesce(json_agg(json_build_object(
+    coalesce((SELECT advert_expires_at <= now() OR draining AND NOT @draining::bool OR labels <> @labels::text[] FROM prev), true),
+    node.node_id, node.labels, node.boot_id, node.draining, node.last_seen_at,
+    lease.run_id, lease.epoch, lease.expires_at,
+    ` + leaseStepsSQL + `
+FROM (SELECT 1) one
+LEFT JOIN node ON true
+LEFT JOIN lease ON true`
+
+// leaseStepsSQL is the steps a lease gives its node (the lease is the row "lease": run_id,
+// role), as JSON, with what the node may do about each.
+const leaseStepsSQL = `(SELECT coalesce(json_agg(json_build_object(
         'run_id', s.run_id, 'step_id', s.step_id, 'spec', s.spec, 'state', s.state,
         'runnable', s.state = 'PENDING' AND r.cancel_requested_at IS NULL AND NOT EXISTS (
             SELECT 1 FROM steps d WHERE d.run_id = s.run_id AND d.step_id = ANY (s.after)
             AND d.state <> 'SUCCEEDED'),
         'cancel', r.cancel_requested_at IS NOT NULL) ORDER BY s.ordinal), '[]')
-     FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = renew.role
-     WHERE r.run_id = renew.run_id AND s.state IN ('PENDING', 'RUNNING'))
-FROM (SELECT 1) one
-LEFT JOIN up ON true
-LEFT JOIN renew ON true`
+     FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = lease.role
+     WHERE r.run_id = lease.run_id AND s.state IN ('PENDING', 'RUNNING'))`
+
+// heartbeatQuietSQL answers a heartbeat with nothing to write — the same advert, its
+// renewal and its lease's less than renewSlack old, no lease under another boot — with a
+// plain read: nothing locked, nothing to commit. No row means something is due: the caller
+// runs heartbeatSQL.
+const heartbeatQuietSQL = `
+/* heartbeat: nothing due */
+SELECT n.node_id, n.labels, n.boot_id, n.draining, n.last_seen_at, lease.run_id, lease.epoch, lease.expires_at,
+    ` + leaseStepsSQL + `
+FROM nodes n LEFT JOIN leases lease ON lease.node_id = n.node_id
+WHERE n.node_id = @node_id::text AND n.boot_id = @boot_id::text AND n.labels = @labels::text[]
+  AND n.draining = @draining::bool
+  AND n.advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
+  AND (lease.node_id IS NULL OR (lease.boot_id = @boot_id::text
+       AND lease.expires_at >= now() + (@lease_ttl::float8 - @slack::float8) * interval '1 second'))`
+
+// nodeWorkSQL is the lease a node holds under its boot, and the steps it gives.
+const nodeWorkSQL = `
+/* node work */
+SELECT lease.run_id, lease.epoch, lease.expires_at, ` + leaseStepsSQL + `
+FROM leases lease WHERE lease.node_id = $1 AND lease.boot_id = $2`
+
+// renewSlack: a heartbeat less than this after the last renewal renews nothing.
+const renewSlack = time.Second
 
 // Heartbeat registers or refreshes a node's advert, renews the lease it holds under this
 // boot, and answers with its steps. A heartbeat under a new boot_id is a restart: the lease
@@ -105,7 +155,10 @@ LEFT JOIN renew ON true`
 func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResult, error) {
 	args := pgx.NamedArgs{
 		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
-		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(),
+		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
+	}
+	if res, ok, err := s.quietHeartbeat(ctx, args); ok || err != nil {
+		return res, err
 	}
 	var err error
 	for range 4 {
@@ -166,6 +219,49 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 		return nil
 	})
 	return res, err
+}
+
+// quietHeartbeat answers from a read when nothing is due; ok is false when something is.
+func (s *Store) quietHeartbeat(ctx context.Context, args pgx.NamedArgs) (HeartbeatResult, bool, error) {
+	var (
+		res       HeartbeatResult
+		runID     *string
+		epoch     *int64
+		expiresAt *time.Time
+	)
+	n := &res.Node
+	err := s.pool.QueryRow(ctx, heartbeatQuietSQL, args).Scan(&n.NodeID, &n.Labels, &n.BootID, &n.Draining,
+		&n.LastSeenAt, &runID, &epoch, &expiresAt, &res.Steps)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, false, nil
+	}
+	if err != nil {
+		return res, false, translate(err)
+	}
+	n.State = "idle"
+	if n.Draining {
+		n.State = "draining"
+	}
+	if runID != nil {
+		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
+		n.State = "leased"
+	}
+	return res, true, nil
+}
+
+// NodeWork is the lease a node holds under bootID and the steps it gives (nil when none): what
+// a result answers a node whose report just freed it, when the wake placed a run on it.
+func (s *Store) NodeWork(ctx context.Context, nodeID, bootID string) (*HeldLease, []NodeStep, error) {
+	var lease HeldLease
+	var steps []NodeStep
+	err := s.pool.QueryRow(ctx, nodeWorkSQL, nodeID, bootID).Scan(&lease.RunID, &lease.Epoch, &lease.ExpiresAt, &steps)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	return &lease, steps, nil
 }
 
 func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error) {
@@ -368,6 +464,6 @@ func servable(shape string, fleet []Node) bool {
 	for i, n := range fleet {
 		nodes[i] = match.Node{ID: n.NodeID, Labels: n.Labels}
 	}
-	_, unmet := match.Assign(roles, nodes)
+	_, unmet := match.Assign(roles, nodes, "")
 	return len(unmet) == 0
 }

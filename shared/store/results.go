@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -80,19 +81,40 @@ type lockedRun struct {
 	boot, role   *string
 }
 
-// lockRun locks a run, then reads it with nodeID's lease on it ("" for none).
+// queueLockRun queues the lock of a run and then the read of it, with nodeID's lease on it
+// ("" for none), into r. Pipelined, the read still runs after the lock is held, so it sees the
+// run as locked. A run that does not exist leaves r.state empty.
+func queueLockRun(b *pgx.Batch, runID, nodeID string, r *lockedRun) {
+	b.Queue(lockRunSQL, runID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&r.owner, &r.state, &r.attempt, &r.cancelling)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	b.Queue(readLockedSQL, runID, nodeID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&r.steps, &r.epoch, &r.boot, &r.role)
+	})
+}
+
+// lockRun locks a run and reads it, in one round trip, inside tx.
 func lockRun(ctx context.Context, tx pgx.Tx, runID, nodeID string) (lockedRun, error) {
 	var r lockedRun
-	if err := tx.QueryRow(ctx, lockRunSQL, runID).Scan(&r.owner, &r.state, &r.attempt, &r.cancelling); err != nil {
+	b := &pgx.Batch{}
+	queueLockRun(b, runID, nodeID, &r)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return r, err
 	}
-	err := tx.QueryRow(ctx, readLockedSQL, runID, nodeID).Scan(&r.steps, &r.epoch, &r.boot, &r.role)
-	return r, err
+	if r.state == "" {
+		return r, ErrNotFound
+	}
+	return r, nil
 }
 
 // reportWriteSQL applies what Report decided, in one statement: the step, the dependents it
 // skips, the lease it releases, the settle.
 const reportWriteSQL = `
+/* report: write */
 WITH step AS (
     UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
         message = @message::text, output = @output::text, epoch = @epoch::bigint,
@@ -127,24 +149,24 @@ SELECT (SELECT count(*) FROM freed),
 // final (partial release), and the run once every step is (settle). The caller wakes the
 // queue after it, unless the report was a rollback.
 func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error) {
+	var lr lockedRun
 	var res ReportResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		res, err = s.report(ctx, tx, p)
-		return err
-	})
+	err := s.pipelinedTx(ctx,
+		func(b *pgx.Batch) { queueLockRun(b, p.RunID, p.NodeID, &lr) },
+		func(b *pgx.Batch) error { return planReport(lr, p, b, &res) })
 	return res, err
 }
 
-func (s *Store) report(ctx context.Context, tx pgx.Tx, p ReportParams) (ReportResult, error) {
-	lr, err := lockRun(ctx, tx, p.RunID, p.NodeID)
-	if err != nil {
-		return ReportResult{}, err
+// planReport decides what the report does to the run as locked, puts the answer in res and
+// queues the write (nothing when the report changes nothing).
+func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) error {
+	if lr.state == "" {
+		return ErrNotFound
 	}
 	runState, attempt, cancelling, steps, epoch, boot, role := lr.state, lr.attempt, lr.cancelling, lr.steps, lr.epoch, lr.boot, lr.role
 	i := slices.IndexFunc(steps, func(st reportStep) bool { return st.ID == p.StepID })
 	if i < 0 {
-		return ReportResult{}, ErrNotFound
+		return ErrNotFound
 	}
 	st := steps[i]
 	want := reportedState(p.Status)
@@ -152,30 +174,30 @@ func (s *Store) report(ctx context.Context, tx pgx.Tx, p ReportParams) (ReportRe
 	// because after a settle the lease it was fenced by is gone — changes nothing. Without the
 	// node, any node repeating another's report got 200 (found by the hostile-input catalogue).
 	if st.Epoch != nil && *st.Epoch == p.Epoch && st.NodeID == p.NodeID && st.State == want && sameCode(st.ExitCode, p.ExitCode, want) {
-		return ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}, nil
+		*res = ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}
+		return nil
 	}
 	if runState != Running || epoch == nil || *epoch != p.Epoch || *boot != p.BootID || *role != st.Role {
-		return ReportResult{}, ErrStaleAssignment
+		return ErrStaleAssignment
 	}
 	if Terminal(st.State) {
-		return ReportResult{}, ErrResultConflict
+		return ErrResultConflict
 	}
 	d, err := decide(steps, i, p, cancelling)
 	if err != nil {
-		return ReportResult{}, err
+		return err
 	}
-	next := d.next(st.Role)
-	res := ReportResult{StepState: d.state, RunState: runState, Changed: true, Rollback: d.state == Pending, Settled: d.settle}
+	*res = ReportResult{StepState: d.state, RunState: runState, Changed: true, Rollback: d.state == Pending, Settled: d.settle}
 	if d.settle != "" {
 		res.RunState = d.settle
 	}
-	err = tx.QueryRow(ctx, reportWriteSQL, pgx.NamedArgs{
+	b.Queue(reportWriteSQL, pgx.NamedArgs{
 		"run_id": p.RunID, "step_id": p.StepID, "state": d.state, "tries": d.tries,
 		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
 		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
-		"attempt": attempt, "next": next,
-	}).Scan(&res.Released, &res.Next)
-	return res, err
+		"attempt": attempt, "next": d.next(st.Role),
+	}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.Released, &res.Next) })
+	return nil
 }
 
 // decision is what a report does to the run, decided from the run as locked.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,6 +59,9 @@ type SubmitResult struct {
 	Outcome Outcome
 	Run     Run
 	Unmet   []match.Role
+	// Placeable: the run was queued only because older runs wait; it could run now if the
+	// queue lets it. The caller's wake decides, in arrival order.
+	Placeable bool
 }
 
 // Verdict is a dry run's answer: what would happen, without the queue's say in it.
@@ -77,17 +81,52 @@ func (s *Store) DryRun(ctx context.Context, run NewRun) (Verdict, error) {
 	return Verdict{Verdict: res.Verdict, Assigned: res.Assigned, Unmet: res.Unmet, Width: len(run.Roles)}, nil
 }
 
-// candidatesSQL reads the nodes that could serve at least one role, with whether each is
-// available now and whether any run is queued. Each role's needs travel as one comma-joined
-// string (labels hold no comma).
-const candidatesSQL = `
-	SELECT n.node_id, n.labels,
-	       n.advert_expires_at > now() AND NOT n.draining
-	       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id),
-	       EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')
-	FROM nodes n
-	WHERE EXISTS (SELECT 1 FROM unnest($1::text[]) need WHERE n.labels @> string_to_array(need, ','))
-	ORDER BY n.node_id`
+// candidatesSQL reads, for each role, at most width capable nodes that are available now and
+// at most width capable nodes of the whole fleet, fewest labels first. That is enough: a
+// maximum matching over these lists is as large as one over the whole fleet (a role matched
+// outside its list has width listed nodes, at most width-1 of them taken by the other roles,
+// so it can swap to a free one).
+//
+// Each role's needs are a parameter of their own ($1..$width; then the width, the run's id), and the
+// statement is sent unnamed, so PostgreSQL plans it knowing the labels: the GIN index
+// nodes_labels for a rare label, a scan for one every node has. Needs computed inside the
+// statement (unnest of a list) hid the values, and every submit read the whole fleet.
+func candidatesSQL(width int) string {
+	if width < len(candidatesByWidth) {
+		return candidatesByWidth[width]
+	}
+	return buildCandidatesSQL(width)
+}
+
+var candidatesByWidth = func() []string {
+	out := make([]string, 65)
+	for w := 1; w < len(out); w++ {
+		out[w] = buildCandidatesSQL(w)
+	}
+	return out
+}()
+
+func buildCandidatesSQL(width int) string {
+	var parts []string
+	for i := 1; i <= width; i++ {
+		// $%[3]d is the run's id: equally good free nodes come in an order of the run's own,
+		// so concurrent submits look at different boards (see match.Assign).
+		parts = append(parts, fmt.Sprintf(`
+    (SELECT n.node_id, n.labels, true AS available FROM nodes n
+     WHERE n.labels @> $%[1]d::text[] AND n.advert_expires_at > now() AND NOT n.draining
+       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+     ORDER BY cardinality(n.labels), hashtext($%[3]d || '/' || n.node_id) LIMIT $%[2]d)
+    UNION ALL
+    (SELECT n.node_id, n.labels, false FROM nodes n WHERE n.labels @> $%[1]d::text[]
+     ORDER BY cardinality(n.labels), n.node_id LIMIT $%[2]d)`, i, width+1, width+2))
+	}
+	return `/* submit: candidates */
+SELECT DISTINCT ON (c.node_id) c.node_id, c.labels, c.available,
+       EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')
+FROM (` + strings.Join(parts, "\n    UNION ALL") + `
+) c
+ORDER BY c.node_id, c.available DESC`
+}
 
 // verdict matches run against the fleet, and says whether other runs are queued.
 func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, error) {
@@ -95,7 +134,12 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 	if len(roles) > s.set.MaxRunWidth {
 		return match.Result{Verdict: match.TooWide}, false, nil
 	}
-	rows, err := s.pool.Query(ctx, candidatesSQL, joinedNeeds(run.Roles))
+	args := []any{pgx.QueryExecModeExec}
+	for _, r := range run.Roles {
+		args = append(args, append([]string{}, r.Needs...)) // never NULL: no needs match every node
+	}
+	args = append(args, len(roles), run.RunID)
+	rows, err := s.pool.Query(ctx, candidatesSQL(len(roles)), args...)
 	if err != nil {
 		return match.Result{}, false, translate(err)
 	}
@@ -112,25 +156,28 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 	if err := rows.Err(); err != nil {
 		return match.Result{}, false, translate(err)
 	}
-	return match.Place(roles, nodes, s.set.MaxRunWidth), queueWaiting, nil
+	return match.Place(roles, nodes, s.set.MaxRunWidth, run.RunID), queueWaiting, nil
 }
 
 // insertRunSQL stores a submission in one statement — so in one transaction — with the state
 // already decided. The assignment is re-checked inside it: if a chosen node stopped being
-// available after the match, the run is stored QUEUED instead (avail comes up short); if
-// another transaction leased one meanwhile, leases_pkey refuses the whole statement and
-// Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
+// available after the match, or another submit or promotion holds it right now (SKIP LOCKED:
+// a collision costs nothing, it does not wait), the run is stored QUEUED instead (avail comes
+// up short); if another transaction leased one meanwhile, leases_pkey refuses the whole
+// statement and Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
 // ON CONFLICT DO NOTHING makes concurrent submits of one run_id store one row. It names no
 // conflict target on purpose: runs_run_id_state_key (the target of I2's foreign key) is a
 // second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin still raised
 // its violation — one 500 in fifty.
 const insertRunSQL = `
+/* submit: insert */
 WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @assign_nodes::text[]) AS a(role, node_id)
     JOIN nodes n ON n.node_id = a.node_id
     WHERE n.advert_expires_at > now() AND NOT n.draining
       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+    FOR UPDATE OF n SKIP LOCKED
 ), decided AS (
     SELECT CASE WHEN @state::text = 'RUNNING' AND (SELECT count(*) FROM avail) <> @width::int THEN 'QUEUED'
                 ELSE @state::text END AS state
@@ -147,7 +194,7 @@ WITH avail AS (
                      WHEN 'RUNNING' THEN now() + @timeout::int * interval '1 second' END
     FROM decided d
     ON CONFLICT DO NOTHING
-    RETURNING run_id, state
+    RETURNING run_id, state, created_at
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
@@ -169,7 +216,10 @@ WITH avail AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = 'FAILED' THEN @reason::text END FROM run
 )
-SELECT state FROM run`
+SELECT state, created_at,
+       CASE WHEN state = 'QUEUED' THEN (SELECT count(*) FROM runs q
+            WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (run.created_at, run.run_id)) END
+FROM run`
 
 // Submit stores a run as the fleet allows: RUNNING with every role leased, QUEUED holding
 // nothing, or FAILED when no node of the fleet could ever serve it. A resubmission of the
@@ -177,8 +227,9 @@ SELECT state FROM run`
 // ErrRunIDConflict. The caller wakes the queue after this returns.
 //
 // A new run is placed directly only when nothing is queued. Otherwise it joins the queue and
-// the queue decides, in arrival order: placing it directly would let it overtake older runs
-// waiting for the same nodes, and would walk straight past a starving wide run's reservation.
+// the caller's wake decides, in arrival order: placing it directly would let it overtake older
+// runs waiting for the same nodes, and would walk straight past a starving wide run's
+// reservation.
 func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return SubmitResult{}, ErrLeaseTTL
@@ -205,30 +256,64 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	if stored == "" {
+	if stored.state == "" {
 		return s.resubmitted(ctx, run)
 	}
-	if stored == Queued && res.Verdict == match.Placeable {
-		// It could run now if the queue lets it: the wake places it in its turn.
-		if _, err := s.WakeQueued(ctx); err != nil {
-			s.log.Warn("submit: wake failed", "run_id", run.RunID, "error", err.Error())
-		}
-	}
-	out := SubmitResult{}
-	out.Run, err = s.GetRun(ctx, run.RunID, Viewer{Admin: true})
-	switch {
-	case stored == Failed:
+	out := SubmitResult{Run: stored.view(run), Placeable: stored.state == Queued && res.Verdict == match.Placeable}
+	switch stored.state {
+	case Failed:
 		out.Outcome, out.Unmet = Unservable, res.Unmet
-	case out.Run.State == Queued:
+	case Queued:
 		out.Outcome = Waiting
-	default: // RUNNING, or already further along after the wake placed it
+	default:
 		out.Outcome = Placed
 	}
-	return out, err
+	return out, nil
 }
 
-// insertRun returns the state stored, or "" when the run_id already existed.
-func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (string, error) {
+// storedRun is what the insert wrote: with the request, the whole run as GET would show it,
+// without reading it back.
+type storedRun struct {
+	state     string
+	reason    string
+	createdAt time.Time
+	position  *int
+	assigned  map[string]string
+}
+
+// view is the run as stored — the same shape GetRun reads (a test holds the two together).
+func (st storedRun) view(run NewRun) Run {
+	r := Run{
+		RunID: run.RunID, State: st.state, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
+		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
+		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
+		Roles: map[string]Role{}, owner: run.Owner,
+	}
+	if st.reason != "" {
+		r.Reason = &st.reason
+	}
+	stepState := Pending
+	switch st.state {
+	case Running:
+		r.StartedAt, r.Assigned = &r.CreatedAt, st.assigned
+	case Failed:
+		r.FinishedAt, stepState = &r.CreatedAt, Skipped
+	}
+	for _, role := range run.Roles {
+		r.Roles[role.Name] = Role{Needs: role.Needs, NodeID: st.assigned[role.Name]}
+	}
+	for _, step := range run.Steps {
+		v := Step{ID: step.ID, Role: step.Role, State: stepState, After: step.After, Retries: step.Retries}
+		if stepState == Skipped {
+			v.FinishedAt = &r.CreatedAt
+		}
+		r.Steps = append(r.Steps, v)
+	}
+	return r
+}
+
+// insertRun returns what it stored; its state is "" when the run_id already existed.
+func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
 	var aRoles, aNodes []string
 	for role, node := range assigned {
 		aRoles, aNodes = append(aRoles, role), append(aNodes, node)
@@ -243,9 +328,9 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 	}
 	stepsJSON, err := json.Marshal(steps)
 	if err != nil {
-		return "", err
+		return storedRun{}, err
 	}
-	var stored string
+	stored := storedRun{reason: reason, assigned: assigned}
 	err = s.pool.QueryRow(ctx, insertRunSQL, pgx.NamedArgs{
 		"assign_roles": aRoles, "assign_nodes": aNodes, "state": state, "width": len(run.Roles),
 		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "request_hash": run.RequestHash,
@@ -253,9 +338,14 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
 		"metadata": run.Metadata, "role_names": names, "role_needs": joinedNeeds(run.Roles),
 		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&stored)
+	}).Scan(&stored.state, &stored.createdAt, &stored.position)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
+		return storedRun{}, nil
+	}
+	if stored.state != Running {
+		// The run may have been stored QUEUED although it was planned RUNNING (a chosen node
+		// was gone): it holds no node then.
+		stored.assigned = nil
 	}
 	return stored, translate(err)
 }
@@ -476,7 +566,7 @@ func capacityFor(needs [][]string, fleet []Node) (capable, available int, placea
 			}
 		}
 	}
-	_, unmet := match.Assign(roles, free)
+	_, unmet := match.Assign(roles, free, "")
 	return capable, available, len(unmet) == 0
 }
 

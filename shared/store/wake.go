@@ -4,6 +4,9 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,14 +33,16 @@ const maxSweeps = 4
 // onto a node a run older than STARVATION_SECONDS could use. One transaction per promotion,
 // each a conditional update, so concurrent wakes are harmless and a failure never undoes an
 // earlier promotion. It runs inline, after the caller's commit; it starts no goroutine.
-func (s *Store) WakeQueued(ctx context.Context) (WakeResult, error) {
+//
+// prefer names nodes the caller just freed: among equally good nodes they are placed on first.
+func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return WakeResult{}, ErrLeaseTTL
 	}
 	var res WakeResult
 	for range maxSweeps {
 		res.Sweeps++
-		raced, err := s.sweep(ctx, &res)
+		raced, err := s.sweep(ctx, &res, prefer)
 		if err != nil || !raced {
 			return res, err
 		}
@@ -48,6 +53,7 @@ func (s *Store) WakeQueued(ctx context.Context) (WakeResult, error) {
 // wakeStartSQL is the idle cost of a wake: one query that answers nothing when the queue is
 // empty or no node is available, so neither case walks anything.
 const wakeStartSQL = `
+/* wake: available nodes */
 	SELECT n.node_id, n.labels FROM nodes n
 	WHERE EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')
 	  AND n.advert_expires_at > now() AND NOT n.draining
@@ -66,6 +72,7 @@ const headColumns = `r.run_id, r.shape, r.created_at,
 // of the queue. Runs of one shape are interchangeable, so when the head of a shape cannot be
 // placed, no run behind it can either.
 const headsSQL = `
+/* wake: heads */
 WITH RECURSIVE shapes(shape) AS (
     (SELECT shape FROM runs WHERE state = 'QUEUED' ORDER BY shape LIMIT 1)
     UNION ALL
@@ -86,33 +93,60 @@ const nextOfShapeSQL = `
 	ORDER BY r.created_at, r.run_id LIMIT 1`
 
 // promoteSQL is one promotion, in one statement and so one transaction: the conditional
-// update (I6), the leases (I1), the roles' node ids, the event. The chosen nodes are re-read
-// inside it; if one stopped being available the count falls short and nothing is written,
-// and if another transaction leased one first, leases_pkey refuses the statement.
+// update (I6), the leases (I1), the roles' node ids, the event.
+//
+// It promotes the oldest queued run of the head's shape from the head on, not one fixed run:
+// every handler that frees a node wakes the queue, and when they all aimed at one fixed head
+// they queued on its row lock, found it promoted, failed and swept again — ten promotion
+// attempts per promotion under load. Now a wake that waited on the head's lock goes on to the
+// run behind it (PostgreSQL re-checks a locked row and, if it no longer matches, takes the
+// next), and if the first wake failed it gets the head itself: arrival order holds. (SKIP
+// LOCKED was faster and broke it: a run whose promotion failed was overtaken meanwhile.)
+// Runs of one shape are interchangeable for placement, so the planned nodes are paired with
+// the picked run's roles by their needs (byte order on both sides), not by role name.
+//
+// The chosen nodes are re-read and locked inside it; if one stopped being available, or
+// another promotion or submit holds it right now (SKIP LOCKED: collide and move on, never
+// wait), the count falls short and nothing is written; if another transaction leased one
+// first, leases_pkey refuses the statement.
 const promoteSQL = `
-WITH avail AS (
-    SELECT a.role, n.node_id, n.boot_id
-    FROM unnest(@roles::text[], @nodes::text[]) AS a(role, node_id)
+/* wake: promote */
+WITH pick AS (
+    SELECT run_id, width FROM runs
+    WHERE state = 'QUEUED' AND shape = @shape::text
+      AND (created_at, run_id) >= (@created_at::timestamptz, @run_id::text)
+    ORDER BY created_at, run_id LIMIT 1
+    FOR UPDATE
+), slot AS (
+    SELECT a.ord, a.need, n.node_id, n.boot_id
+    FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
     JOIN nodes n ON n.node_id = a.node_id
     WHERE n.advert_expires_at > now() AND NOT n.draining
       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+    FOR UPDATE OF n SKIP LOCKED
+), role AS (
+    SELECT ro.role, array_to_string(ro.needs, ',') AS need,
+           row_number() OVER (ORDER BY array_to_string(ro.needs, ',') COLLATE "C", ro.role COLLATE "C") AS ord
+    FROM run_roles ro JOIN pick ON ro.run_id = pick.run_id
+), assign AS (
+    SELECT r.role, s.node_id, s.boot_id FROM role r JOIN slot s ON s.ord = r.ord AND s.need = r.need
 ), run AS (
-    UPDATE runs SET state = 'RUNNING', started_at = now(),
-        deadline_at = now() + timeout_seconds * interval '1 second'
-    WHERE run_id = @run_id::text AND state = 'QUEUED' AND width = (SELECT count(*) FROM avail)
-    RETURNING run_id, attempt
+    UPDATE runs r SET state = 'RUNNING', started_at = now(),
+        deadline_at = now() + r.timeout_seconds * interval '1 second'
+    FROM pick WHERE r.run_id = pick.run_id AND r.state = 'QUEUED' AND pick.width = (SELECT count(*) FROM assign)
+    RETURNING r.run_id, r.attempt, r.created_at
 ), roles AS (
-    UPDATE run_roles ro SET node_id = a.node_id FROM run, avail a
+    UPDATE run_roles ro SET node_id = a.node_id FROM run, assign a
     WHERE ro.run_id = run.run_id AND ro.role = a.role
 ), leased AS (
     INSERT INTO leases (node_id, run_id, role, boot_id, expires_at)
     SELECT a.node_id, run.run_id, a.role, a.boot_id, now() + @lease_ttl::float8 * interval '1 second'
-    FROM run CROSS JOIN avail a
+    FROM run CROSS JOIN assign a
 ), event AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
     SELECT run_id, attempt, 'promoted', 'QUEUED', 'RUNNING' FROM run
 )
-SELECT count(*) FROM run`
+SELECT run_id, created_at FROM run`
 
 // head is a queued run the wake may place.
 type head struct {
@@ -125,7 +159,7 @@ type head struct {
 
 // sweep walks the queue once over the nodes available when it starts. raced reports that a
 // promotion lost to another writer, so the caller sweeps again from fresh state.
-func (s *Store) sweep(ctx context.Context, res *WakeResult) (raced bool, err error) {
+func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (raced bool, err error) {
 	rows, err := s.pool.Query(ctx, wakeStartSQL)
 	if err != nil {
 		return false, translate(err)
@@ -145,11 +179,11 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult) (raced bool, err err
 	}
 	queue := headQueue(heads)
 	heap.Init(&queue)
-	free := newNodeSet(avail)
+	free := &nodeSet{list: avail, prefer: prefer}
 	for queue.Len() > 0 && free.size() > 0 {
 		h := heap.Pop(&queue).(head)
 		res.Walked++
-		assigned, unmet := match.Assign(h.Roles, free.nodes())
+		assigned, unmet := match.Assign(h.Roles, free.nodes(), h.RunID)
 		if len(unmet) > 0 {
 			if h.Protected {
 				// No younger run may take a node this run could use: it keeps waiting for
@@ -158,23 +192,25 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult) (raced bool, err err
 			}
 			continue // nothing behind it in this shape can be placed either
 		}
-		promoted, err := s.promote(ctx, h, assigned)
+		placed, promoted, err := s.promote(ctx, h, assigned)
 		switch {
 		case Unreachable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return false, err
-		case err != nil:
-			// One run's failure is that run's: log it and go on with the others.
-			raced = raced || errors.Is(err, ErrNodeTaken)
-			if !errors.Is(err, ErrNodeTaken) {
+		case err != nil || !promoted:
+			// The run moved, or a node went, since we looked; or this run's promotion failed
+			// (logged; the walk goes on with the other shapes). Nothing more of this shape in
+			// this sweep: a younger run placed now would overtake this one, which the fresh
+			// sweep that follows finds at the head again.
+			raced = true
+			if err != nil && !errors.Is(err, ErrNodeTaken) {
 				s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
 			}
-		case !promoted:
-			raced = true // the run moved, or a node went, since we looked
-		default:
-			res.Promoted++
-			for _, node := range assigned {
-				free.remove(node)
-			}
+			continue
+		}
+		res.Promoted++
+		h = placed // go on behind the run actually placed
+		for _, node := range assigned {
+			free.remove(node)
 		}
 		if free.size() == 0 {
 			break
@@ -188,16 +224,34 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult) (raced bool, err err
 	return raced, nil
 }
 
-func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (bool, error) {
-	roles, nodes := make([]string, 0, len(assigned)), make([]string, 0, len(assigned))
-	for role, node := range assigned {
-		roles, nodes = append(roles, role), append(nodes, node)
+// promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
+// roles. It returns the run it placed (h, or one behind it), or false when it placed none.
+func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (head, bool, error) {
+	type slot struct{ need, role, node string }
+	slots := make([]slot, 0, len(assigned))
+	for _, r := range h.Roles {
+		slots = append(slots, slot{strings.Join(r.Needs, ","), r.Name, assigned[r.Name]})
 	}
-	var n int
+	// The same order the statement numbers the picked run's roles in: needs, then name, bytes.
+	sort.Slice(slots, func(i, j int) bool {
+		if slots[i].need != slots[j].need {
+			return slots[i].need < slots[j].need
+		}
+		return slots[i].role < slots[j].role
+	})
+	needs, nodes := make([]string, len(slots)), make([]string, len(slots))
+	for i, sl := range slots {
+		needs[i], nodes[i] = sl.need, sl.node
+	}
+	placed := h
 	err := s.pool.QueryRow(ctx, promoteSQL, pgx.NamedArgs{
-		"run_id": h.RunID, "roles": roles, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&n)
-	return n == 1, translate(err)
+		"shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
+		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
+	}).Scan(&placed.RunID, &placed.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, false, nil
+	}
+	return placed, err == nil, translate(err)
 }
 
 func (s *Store) nextOfShape(ctx context.Context, h head, args pgx.NamedArgs) (head, bool, error) {
@@ -235,16 +289,17 @@ func (q *headQueue) Pop() any {
 
 // nodeSet is the sweep's view of the available nodes: nodes it promoted onto leave it, so the
 // sweep never tries to place two runs on one node (the lease PK would refuse the second).
-type nodeSet struct{ list []AvailableNode }
-
-func newNodeSet(nodes []AvailableNode) *nodeSet { return &nodeSet{list: nodes} }
+type nodeSet struct {
+	list   []AvailableNode
+	prefer []string
+}
 
 func (s *nodeSet) size() int { return len(s.list) }
 
 func (s *nodeSet) nodes() []match.Node {
 	out := make([]match.Node, len(s.list))
 	for i, n := range s.list {
-		out[i] = match.Node{ID: n.NodeID, Labels: n.Labels, Available: true}
+		out[i] = match.Node{ID: n.NodeID, Labels: n.Labels, Available: true, Preferred: slices.Contains(s.prefer, n.NodeID)}
 	}
 	return out
 }

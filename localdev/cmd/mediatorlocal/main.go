@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -44,7 +43,10 @@ func main() {
 		if len(os.Args) > 2 {
 			name = os.Args[2]
 		}
-		err = localpg.StopDir(ctx, filepath.Join(".localdev", "pg-"+name))
+		var dir string
+		if dir, err = localpg.ClusterDir(name); err == nil {
+			err = localpg.StopDir(ctx, dir)
+		}
 	default:
 		err = fmt.Errorf("unknown command %q (serve, migrate, stop NAME)", cmd)
 	}

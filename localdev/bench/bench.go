@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"mediator/localdev/gateway"
+	"mediator/localdev/localstack"
+	"mediator/localdev/pgcount"
+	"mediator/shared/auth"
+	"mediator/shared/httpapi"
+)
+
+// bench holds the stack and everything measured.
+type bench struct {
+	stack   *localstack.Stack
+	counter *pgcount.Counter
+	dur     time.Duration
+	machine string
+	rows    []row
+	rates   map[string]float64 // for the ratios and the chart
+	gw      *gateway.Gateway
+	fns     map[string]httpapi.Handler
+	once    sync.Once
+	// wakeRows keep the wake's samples for the idle-cost comparison.
+	wakeRows []wakeRow
+}
+
+// row is one line of the table.
+type row struct {
+	measure, value          string
+	p50, p95, p99           string
+	roundTrips, txs, target string
+}
+
+func (b *bench) add(r row) { b.rows = append(b.rows, r) }
+
+func (b *bench) rate(name string, v float64) {
+	if b.rates == nil {
+		b.rates = map[string]float64{}
+	}
+	b.rates[name] = v
+}
+
+// call invokes a handler the way API Gateway does, counting what it sent to PostgreSQL.
+type call struct {
+	status  int
+	body    []byte
+	took    time.Duration
+	queries int64
+	txs     int64
+}
+
+func (b *bench) do(ctx context.Context, who auth.Principal, method, target string, body any) call {
+	b.once.Do(func() {
+		b.fns = httpapi.Functions(b.stack.Deps())
+		b.gw = &gateway.Gateway{Routes: httpapi.Routes, Functions: b.fns}
+	})
+	var raw []byte
+	if body != nil {
+		raw, _ = json.Marshal(body)
+	}
+	ev, route := b.event(who, method, target, raw)
+	ctx, counted := pgcount.WithCall(ctx)
+	start := time.Now()
+	resp, err := b.fns[route.Function](ctx, ev)
+	took := time.Since(start)
+	if err != nil {
+		panic(err)
+	}
+	n := counted.Read()
+	return call{status: resp.StatusCode, body: []byte(resp.Body), took: took, queries: n.Queries, txs: n.Txs}
+}
+
+// event builds the request API Gateway sends, by hand: in AWS that work is API Gateway's, not
+// the function's, so it should not take the CPU the benchmark shares with PostgreSQL.
+func (b *bench) event(who auth.Principal, method, target string, body []byte) (events.APIGatewayV2HTTPRequest, httpapi.Route) {
+	path := strings.SplitN(target, "?", 2)[0]
+	route, params, ok := b.gw.Match(method, path)
+	if !ok {
+		panic("no route for " + method + " " + path)
+	}
+	return events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: route.Key(), RawPath: path, PathParameters: params,
+		Headers: map[string]string{"content-type": "application/json"}, Body: string(body),
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey: route.Key(), RequestID: "bench",
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				Lambda: map[string]any{"kind": string(who.Kind), "id": who.ID},
+			},
+		},
+	}, route
+}
+
+// samples collects one kind of call's latencies and costs, from many goroutines.
+type samples struct {
+	mu      sync.Mutex
+	took    []time.Duration
+	queries int64
+	txs     int64
+}
+
+func (s *samples) add(c call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.took = append(s.took, c.took)
+	s.queries += c.queries
+	s.txs += c.txs
+}
+
+func (s *samples) n() int { return len(s.took) }
+
+func (s *samples) pct(p float64) time.Duration {
+	if len(s.took) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(s.took)
+	slices.Sort(sorted)
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+func (s *samples) perCall() (float64, float64) {
+	if len(s.took) == 0 {
+		return 0, 0
+	}
+	return float64(s.queries) / float64(len(s.took)), float64(s.txs) / float64(len(s.took))
+}
+
+// latencyRow is a row for a kind of call: its rate, percentiles and cost per call.
+func latencyRow(measure, value string, s *samples, target string) row {
+	q, tx := s.perCall()
+	return row{measure: measure, value: value, p50: ms(s.pct(0.50)), p95: ms(s.pct(0.95)), p99: ms(s.pct(0.99)),
+		roundTrips: fmt.Sprintf("%.1f", q), txs: fmt.Sprintf("%.1f", tx), target: target}
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
+}
+
+func perSec(v float64, unit string) string { return fmt.Sprintf("%.0f %s/s", v, unit) }
+
+// verdict is a target's outcome in the table.
+func verdict(ok bool, target string) string {
+	if ok {
+		return "✓ " + target
+	}
+	return "✗ " + target
+}
+
+func (b *bench) table() string {
+	var sb strings.Builder
+	sb.WriteString("| measure | result | p50 | p95 | p99 | round trips / call | transactions / call | target |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range b.rows {
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.measure, r.value, r.p50, r.p95, r.p99, r.roundTrips, r.txs, r.target)
+	}
+	return sb.String()
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// pgbench measures what the same server does with the simplest transactions there are:
+// TPC-B (five statements) and simple-update (three), 8 clients.
+func (b *bench) pgbench(ctx context.Context) error {
+	bin, err := pgbenchBinary()
+	if err != nil {
+		return err
+	}
+	dbURL, err := b.database(ctx, "pgbench_bench")
+	if err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, bin, "-i", "-q", "-s", "10", dbURL).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgbench -i: %w: %s", err, out)
+	}
+	for _, mode := range []struct{ name, builtin string }{{"TPC-B", "tpcb-like"}, {"simple-update", "simple-update"}} {
+		out, err := exec.CommandContext(ctx, bin, "-n", "-c", "8", "-j", "2", "-T", strconv.Itoa(int(b.dur.Seconds())),
+			"-b", mode.builtin, dbURL).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("pgbench %s: %w: %s", mode.name, err, out)
+		}
+		m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+		if m == nil {
+			return fmt.Errorf("pgbench %s printed no tps:\n%s", mode.name, out)
+		}
+		tps, _ := strconv.ParseFloat(string(m[1]), 64)
+		b.rate("pgbench "+mode.name, tps)
+		b.add(row{measure: "ceiling: pgbench " + mode.name + " (8 clients, same server)", value: perSec(tps, "tx")})
+	}
+	return nil
+}
+
+func pgbenchBinary() (string, error) {
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	if len(matches) == 0 {
+		return "", fmt.Errorf("pgbench not found (it comes with the PostgreSQL client package)")
+	}
+	return matches[len(matches)-1], nil
+}
+
+// database creates (afresh) a database on the benchmark's server and returns its URL.
+func (b *bench) database(ctx context.Context, name string) (string, error) {
+	if _, err := b.stack.Store.Pool().Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := b.stack.Store.Pool().Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(b.stack.Config.Database.URL)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// noop is River's unit of work here: nothing, so what is measured is the queue.
+type noop struct{}
+
+func (noop) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noop]
+	worked *atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noop]) error {
+	w.worked.Add(1)
+	return nil
+}
+
+// river measures River (riverpgxv5) on the same server: 8 goroutines inserting one no-op job
+// per call (insert rate), then the same with a client working them (end-to-end rate).
+func (b *bench) river(ctx context.Context) error {
+	dbURL, err := b.database(ctx, "river_bench")
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dbURL+"&pool_max_conns=16")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return err
+	}
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return err
+	}
+	ins := &samples{}
+	n, err := b.insertFor(ctx, inserter, ins)
+	if err != nil {
+		return err
+	}
+	rate := float64(n) / b.dur.Seconds()
+	b.rate("river insert", rate)
+	b.add(latencyRow("River: insert one no-op job per call (8 goroutines)", perSec(rate, "jobs"), ins, ""))
+
+	// The insert-only run left its jobs behind: the end-to-end run starts from an empty table.
+	if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+		return err
+	}
+	var worked atomic.Int64
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{worked: &worked})
+	// River's defaults fetch at most every 100 ms; tuned down so its end-to-end rate is not
+	// held back by waiting.
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+		Workers:       workers,
+		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	before := worked.Load()
+	e2e := &samples{}
+	if _, err := b.insertFor(ctx, client, e2e); err != nil {
+		return err
+	}
+	rate = float64(worked.Load()-before) / b.dur.Seconds()
+	stop, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = client.Stop(stop)
+	b.rate("river e2e", rate)
+	b.add(row{measure: "River: insert and work no-op jobs (8 inserters, 100 workers)", value: perSec(rate, "jobs")})
+	return nil
+}
+
+func (b *bench) insertFor(ctx context.Context, client *river.Client[pgx.Tx], s *samples) (int, error) {
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	var failure atomic.Value
+	end := time.Now().Add(b.dur)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				start := time.Now()
+				if _, err := client.Insert(ctx, noop{}, nil); err != nil {
+					failure.Store(err)
+					return
+				}
+				s.add(call{took: time.Since(start), queries: 1, txs: 1})
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := failure.Load().(error); ok {
+		return 0, err
+	}
+	return int(done.Load()), nil
+}
+
+// ratios say how Mediator compares with the alternatives and the ceiling, measured above.
+func (b *bench) ratios() {
+	r := b.rates
+	add := func(measure string, v float64, target string) {
+		b.add(row{measure: measure, value: fmt.Sprintf("%.2f", v), target: target})
+	}
+	add("ratio: submit 201 / River insert", r["submit 201"]/r["river insert"], verdict(r["submit 201"] >= 0.6*r["river insert"], "≥ 0.6"))
+	add("ratio: lifecycle / River end-to-end", r["lifecycle"]/r["river e2e"], verdict(r["lifecycle"] >= 0.25*r["river e2e"], "≥ 0.25"))
+	add(fmt.Sprintf("ratio: lifecycle × %.1f transactions / pgbench TPC-B", r["lifecycle tx"]), r["lifecycle"]*r["lifecycle tx"]/r["pgbench TPC-B"], "how close to the server's ceiling")
+}

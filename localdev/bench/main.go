@@ -1,0 +1,125 @@
+// Command bench measures Mediator where users feel it — what a submit costs, how many runs a
+// fleet turns over per second, what a wake costs at any queue depth — against the ceilings of
+// the PostgreSQL it runs on (pgbench) and against River on the same server, in one run. It
+// prints one table and writes it as Markdown and as a PNG chart (make bench).
+//
+// It is its own module so River and the chart's font stay out of the Lambda module.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"mediator/localdev/localstack"
+	"mediator/localdev/pgcount"
+)
+
+var (
+	outDir  = flag.String("out", "out", "where results.md and results.png go")
+	seconds = flag.Int("seconds", 10, "length of each throughput section")
+	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+)
+
+func main() {
+	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	began := time.Now()
+	counter := &pgcount.Counter{}
+	prof := &profiler{}
+	// The handlers log every request at info; the benchmark keeps warnings and errors, so the
+	// log's formatting does not take the CPU it shares with PostgreSQL.
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	os.Setenv("DB_MAX_CONNS", "16")
+	s, err := localstack.Open(ctx, localstack.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet, Tracer: tracers{counter, prof}})
+	defer s.Stop()
+	if err != nil {
+		return err
+	}
+	b := &bench{stack: s, counter: counter, dur: time.Duration(*seconds) * time.Second}
+	b.machine = machine(b.pgVersion(ctx))
+	fmt.Printf("Mediator benchmark on %s\n\n", b.machine)
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"wake", b.wakes}, // first: it needs the queue to itself
+		{"submit", b.submits},
+		{"lifecycle", b.lifecycle},
+		{"pgbench", b.pgbench},
+		{"river", b.river},
+	}
+	for _, st := range steps {
+		fmt.Printf("… %s\n", st.name)
+		if err := st.fn(ctx); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		prof.report(st.name)
+	}
+	b.ratios()
+	table := b.table()
+	fmt.Println()
+	fmt.Println(table)
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		return err
+	}
+	md := fmt.Sprintf("Measured %s on %s (`make bench`, %s).\n\n%s", time.Now().UTC().Format("2006-01-02"), b.machine,
+		time.Since(began).Round(time.Second), table)
+	if err := os.WriteFile(filepath.Join(*outDir, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := writeChart(filepath.Join(*outDir, "results.png"), b); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s in %s\n", filepath.Join(*outDir, "results.md"), filepath.Join(*outDir, "results.png"), time.Since(began).Round(time.Second))
+	return nil
+}
+
+func (b *bench) pgVersion(ctx context.Context) string {
+	var v string
+	if err := b.stack.Store.Pool().QueryRow(ctx, `SHOW server_version`).Scan(&v); err != nil {
+		return "PostgreSQL ?"
+	}
+	return "PostgreSQL " + strings.Fields(v)[0]
+}
+
+// machine describes where the numbers come from.
+func machine(pg string) string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %s, %s", runtime.NumCPU(), cpu, runtime.Version(), pg)
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"mediator/localdev/pgcount"
+)
+
+// wakes measures one WakeQueued at queue depths 0, 1,000, 10,000 and 100,000: with no node
+// free, with one free node that no queued run fits, and with one free node that the head of
+// the queue takes (the run is put back between calls, so every call places one).
+func (b *bench) wakes(ctx context.Context) error {
+	seeded := 0
+	for _, depth := range []int{0, 1000, 10000, 100000} {
+		if err := b.seedQueue(ctx, seeded, depth); err != nil {
+			return err
+		}
+		seeded = depth
+		for _, c := range []struct {
+			name, labels string
+			places       int
+		}{
+			{"no node free", "", 0},
+			{"one node free, nothing fits", "other", 0},
+			{"one node free, places the head", "wake", 1},
+		} {
+			if err := b.exec(ctx, `DELETE FROM nodes WHERE node_id = 'wake-node'`); err != nil {
+				return err
+			}
+			if c.labels != "" {
+				if err := b.exec(ctx, fmt.Sprintf(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at)
+					VALUES ('wake-node', ARRAY['%s'], 'b1', now() + interval '1 day')`, c.labels)); err != nil {
+					return err
+				}
+			}
+			s := &samples{}
+			for range 200 {
+				cctx, counted := pgcount.WithCall(ctx)
+				start := time.Now()
+				res, err := b.stack.Store.WakeQueued(cctx)
+				took := time.Since(start)
+				if err != nil {
+					return err
+				}
+				if want := min(c.places, depth); res.Promoted != want {
+					return fmt.Errorf("depth %d, %s: promoted %d, want %d", depth, c.name, res.Promoted, want)
+				}
+				n := counted.Read()
+				s.add(call{took: took, queries: n.Queries, txs: n.Txs})
+				if res.Promoted > 0 {
+					if err := b.requeue(ctx); err != nil {
+						return err
+					}
+				}
+			}
+			target := ""
+			switch {
+			case c.places == 0 && depth == 100000:
+				target = "same as at 0"
+			case c.places == 1 && depth == 10000:
+				target = verdict(s.pct(0.5) < 5*time.Millisecond, "< 5 ms")
+			}
+			b.wakeRows = append(b.wakeRows, wakeRow{depth: depth, name: c.name, s: s})
+			b.add(latencyRow(fmt.Sprintf("WakeQueued, %s queued: %s", thousands(depth), c.name), "", s, target))
+		}
+	}
+	b.judgeIdleWake()
+	// The rest of the benchmark starts from an empty queue — and from vacuumed indexes: a
+	// hundred thousand runs leaving the queue at once leave as many dead entries in its
+	// partial indexes, which every later "is anything queued?" would walk until autovacuum came.
+	if err := b.exec(ctx, `UPDATE steps SET state = 'SKIPPED', finished_at = now() WHERE run_id LIKE 'w-%' AND state = 'PENDING';
+		UPDATE runs SET state = 'FAILED', reason = 'queue_timeout', finished_at = now() WHERE run_id LIKE 'w-%' AND state = 'QUEUED'`); err != nil {
+		return err
+	}
+	return b.vacuum(ctx)
+}
+
+// vacuum does what autovacuum would between sections, so no section pays for the last one's churn.
+func (b *bench) vacuum(ctx context.Context) error {
+	return b.exec(ctx, `VACUUM (ANALYZE) runs, run_roles, steps, leases, nodes, run_events`)
+}
+
+// judgeIdleWake compares the idle wake at 100,000 queued with the same at 0.
+func (b *bench) judgeIdleWake() {
+	var at0, at100k time.Duration
+	for _, w := range b.wakeRows {
+		if w.name == "no node free" && w.depth == 0 {
+			at0 = w.s.pct(0.5)
+		}
+		if w.name == "no node free" && w.depth == 100000 {
+			at100k = w.s.pct(0.5)
+		}
+	}
+	for i, r := range b.rows {
+		if r.target == "same as at 0" && r.measure == "WakeQueued, 100,000 queued: no node free" {
+			ok := at100k < at0*2+200*time.Microsecond
+			b.rows[i].target = verdict(ok, fmt.Sprintf("same as at 0 (%s)", ms(at0)))
+		}
+	}
+}
+
+type wakeRow struct {
+	depth int
+	name  string
+	s     *samples
+}
+
+// seedQueue writes queued runs from..to straight into the tables: the benchmark measures the
+// wake, not a hundred thousand submits.
+func (b *bench) seedQueue(ctx context.Context, from, to int) error {
+	if to <= from {
+		return nil
+	}
+	return b.exec(ctx, fmt.Sprintf(`
+		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, queued_at, created_at)
+		SELECT 'w-' || lpad(i::text, 7, '0'), 'client:bench', 'QUEUED', '\x00', '[["wake"]]', 1, 1000000, now(),
+		       now() - interval '1 hour' + i * interval '1 millisecond'
+		FROM generate_series(%[1]d + 1, %[2]d) i;
+		INSERT INTO run_roles (run_id, role, ordinal, needs)
+		SELECT 'w-' || lpad(i::text, 7, '0'), 'main', 0, '{wake}' FROM generate_series(%[1]d + 1, %[2]d) i;
+		INSERT INTO steps (run_id, step_id, role, ordinal)
+		SELECT 'w-' || lpad(i::text, 7, '0'), 's1', 'main', 0 FROM generate_series(%[1]d + 1, %[2]d) i;
+		ANALYZE runs; ANALYZE run_roles; ANALYZE steps`, from, to))
+}
+
+// requeue puts the placed run back at the head of the queue, as if it had lost its node.
+func (b *bench) requeue(ctx context.Context) error {
+	return b.exec(ctx, `
+		WITH l AS (DELETE FROM leases WHERE node_id = 'wake-node' RETURNING run_id),
+		     r AS (UPDATE runs SET state = 'QUEUED', started_at = NULL, deadline_at = NULL, attempt = attempt + 1
+		           WHERE run_id IN (SELECT run_id FROM l) RETURNING run_id)
+		UPDATE run_roles SET node_id = '' WHERE run_id IN (SELECT run_id FROM r)`)
+}
+
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
