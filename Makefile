@@ -4,7 +4,7 @@ GO ?= go
 LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 FUNCTIONS := submit query nodes result cancel reap migrate
 
-.PHONY: help dev test stress migrate build lint clean demo
+.PHONY: help dev test stress bench migrate build lint clean demo
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,6 +23,10 @@ stress: ## the concurrent stress test at its long size (make test runs it at CI 
 	@status=0; $(GO) test -count=1 -timeout 30m -run 'TestStress' ./localdev/stress/ -long -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|stress_test' || status=$$?; \
 	$(LOCAL) stop test >/dev/null 2>&1 || true; exit $$status
 
+bench: ## throughput, latency and wake cost beside pgbench and River, on a throwaway PostgreSQL (~5 min); table in localdev/bench/out/
+	@status=0; (cd localdev/bench && $(GO) run . -out out) || status=$$?; \
+	$(LOCAL) stop bench >/dev/null 2>&1 || true; exit $$status
+
 migrate: ## apply the migrations to the local database (the migrate function's code)
 	$(LOCAL) migrate
 
@@ -33,6 +37,7 @@ build: ## build every function's bootstrap for this machine into bin/<function>/
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
+	cd localdev/bench && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
@@ -58,4 +63,5 @@ clean: ## stop local clusters, remove their data and the build output
 	-$(LOCAL) stop dev
 	-$(LOCAL) stop test
 	-$(LOCAL) stop demo
-	rm -rf .localdev bin .aws-sam
+	-$(LOCAL) stop bench
+	rm -rf .localdev bin .aws-sam localdev/bench/out

@@ -28,6 +28,12 @@ var invariantChecks = []struct{ name, sql string }{
 		JOIN nodes n USING (node_id) WHERE l.boot_id <> n.boot_id`},
 	{"a run entered RUNNING twice in one attempt", `SELECT run_id FROM run_events WHERE to_state = 'RUNNING'
 		AND from_state IS DISTINCT FROM 'RUNNING' GROUP BY run_id, attempt HAVING count(*) > 1`},
+	{"free_nodes misses a node no lease holds", `SELECT n.node_id FROM nodes n
+		WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+		  AND NOT EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id)`},
+	{"free_nodes lists a leased or removed node", `SELECT f.node_id FROM free_nodes f
+		WHERE EXISTS (SELECT 1 FROM leases l WHERE l.node_id = f.node_id)
+		   OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = f.node_id)`},
 	{"a run's state disagrees with its last event", `SELECT r.run_id FROM runs r JOIN LATERAL (
 		SELECT to_state FROM run_events e WHERE e.run_id = r.run_id ORDER BY event_id DESC LIMIT 1) e ON true
 		WHERE e.to_state <> r.state`},

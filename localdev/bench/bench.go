@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -165,4 +167,31 @@ func (b *bench) table() string {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.measure, r.value, r.p50, r.p95, r.p99, r.roundTrips, r.txs, r.target)
 	}
 	return sb.String()
+}
+
+// cpuBusy is how much CPU time the whole machine has spent busy so far (PostgreSQL, the
+// handlers and the simulated clients together: they share it), from /proc/stat; 0 where
+// there is none.
+func cpuBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(strings.SplitN(string(raw), "\n", 2)[0])
+	var busy int64
+	for i, f := range fields[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		if i != 3 && i != 4 && i < 8 { // all but idle and iowait; guest time is already in user
+			busy += v
+		}
+	}
+	return time.Duration(busy) * time.Second / 100 // USER_HZ
+}
+
+// cpuPer is the machine's busy CPU time since began, per unit of work done.
+func cpuPer(began time.Duration, n int64) string {
+	if began == 0 || n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f ms CPU each", float64((cpuBusy()-began).Microseconds())/1000/float64(n))
 }

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ var (
 	outDir  = flag.String("out", "out", "where results.md and results.png go")
 	seconds = flag.Int("seconds", 10, "length of each throughput section")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	only    = flag.String("only", "", "run only these sections, comma-separated (wake,submit,alone,lifecycle,pgbench,river)")
 )
 
 func main() {
@@ -58,11 +60,17 @@ func run(ctx context.Context) error {
 	// log's formatting does not take the CPU it shares with PostgreSQL.
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	os.Setenv("DB_MAX_CONNS", "16")
-	s, err := localstack.Open(ctx, localstack.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet, Tracer: tracers{counter, prof}})
+	tracer := tracers{counter}
+	if profiling() {
+		tracer = append(tracer, prof)
+	}
+	s, err := localstack.Open(ctx, localstack.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet,
+		Tracer: tracer, Settings: prof.settings()})
 	defer s.Stop()
 	if err != nil {
 		return err
 	}
+	prof.pool = s.Store.Pool()
 	b := &bench{stack: s, counter: counter, dur: time.Duration(*seconds) * time.Second}
 	b.machine = machine(b.pgVersion(ctx))
 	fmt.Printf("Mediator benchmark on %s\n\n", b.machine)
@@ -72,16 +80,21 @@ func run(ctx context.Context) error {
 	}{
 		{"wake", b.wakes}, // first: it needs the queue to itself
 		{"submit", b.submits},
+		{"alone", b.alone},
 		{"lifecycle", b.lifecycle},
 		{"pgbench", b.pgbench},
 		{"river", b.river},
 	}
 	for _, st := range steps {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), st.name) {
+			continue
+		}
+		prof.reset(ctx)
 		fmt.Printf("… %s\n", st.name)
 		if err := st.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
 		}
-		prof.report(st.name)
+		prof.report(ctx, st.name)
 	}
 	b.ratios()
 	table := b.table()

@@ -10,13 +10,57 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // profiler sums time per statement when BENCH_PROFILE is set: where a section's database time
-// goes, to find what to make faster.
+// goes, to find what to make faster. The client side is wall time per round trip (waits
+// included); the server side is pg_stat_statements' execution time, which the bench cluster
+// then loads.
 type profiler struct {
 	mu    sync.Mutex
 	stats map[string]*stat
+	pool  *pgxpool.Pool
+}
+
+func profiling() bool { return os.Getenv("BENCH_PROFILE") != "" }
+
+// settings are the server settings profiling needs (a cluster already running without them
+// must be stopped first: make clean, or mediatorlocal stop bench).
+func (p *profiler) settings() []string {
+	if !profiling() {
+		return nil
+	}
+	return []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all", "pg_stat_statements.track_planning=on"}
+}
+
+func (p *profiler) reset(ctx context.Context) {
+	if !profiling() {
+		return
+	}
+	if _, err := p.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		fmt.Println("  (no server-side profile:", err, ")")
+	}
+}
+
+// serverReport prints where the server spent its execution time.
+func (p *profiler) serverReport(ctx context.Context) {
+	rows, err := p.pool.Query(ctx, `SELECT calls, total_exec_time, mean_exec_time, plans::float8 / greatest(calls, 1), shared_blks_hit + shared_blks_read,
+		left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	fmt.Println("  server side (calls, total exec, mean exec, buffers per call)")
+	for rows.Next() {
+		var calls, blks int64
+		var total, mean, plan float64
+		var q string
+		if rows.Scan(&calls, &total, &mean, &plan, &blks, &q) == nil {
+			fmt.Printf("    %6d %9.0fms %7.3fms plans/call %5.2f %7.0f  %s\n", calls, total, mean, plan, float64(blks)/float64(max(calls, 1)), q)
+		}
+	}
 }
 
 type stat struct {
@@ -72,10 +116,11 @@ func (p *profiler) record(ctx context.Context) {
 	s.total += time.Since(v[0].(time.Time))
 }
 
-func (p *profiler) report(section string) {
-	if os.Getenv("BENCH_PROFILE") == "" {
+func (p *profiler) report(ctx context.Context, section string) {
+	if !profiling() {
 		return
 	}
+	defer p.serverReport(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	type line struct {

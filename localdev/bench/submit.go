@@ -25,6 +25,7 @@ func (b *bench) submits(ctx context.Context) error {
 		return err
 	}
 	placed := &samples{}
+	cpu := cpuBusy()
 	n, took, err := b.submitFor(ctx, placed, 201, 1900, func(c, i int) map[string]any {
 		return oneStep(fmt.Sprintf("p%d-%d", c, i), "board")
 	})
@@ -33,7 +34,7 @@ func (b *bench) submits(ctx context.Context) error {
 	}
 	rate := float64(n) / took.Seconds()
 	b.rate("submit 201", rate)
-	b.add(latencyRow("submit → 201 RUNNING (8 clients)", perSec(rate, "runs"), placed,
+	b.add(latencyRow("submit → 201 RUNNING (8 clients)", perSec(rate, "runs")+", "+cpuPer(cpu, int64(n)), placed,
 		verdict(placed.pct(0.99) < 6*time.Millisecond, "p99 < 6 ms")))
 
 	// 202: a pool of 50 nodes, all held; every submit finds capable nodes, all busy.
@@ -47,6 +48,7 @@ func (b *bench) submits(ctx context.Context) error {
 		}
 	}
 	queued := &samples{}
+	cpu = cpuBusy()
 	n, took, err = b.submitFor(ctx, queued, 202, 0, func(c, i int) map[string]any {
 		return oneStep(fmt.Sprintf("q%d-%d", c, i), "pool")
 	})
@@ -55,7 +57,7 @@ func (b *bench) submits(ctx context.Context) error {
 	}
 	rate = float64(n) / took.Seconds()
 	b.rate("submit 202", rate)
-	b.add(latencyRow(fmt.Sprintf("submit → 202 QUEUED (8 clients, queue 0→%d)", n), perSec(rate, "runs"), queued,
+	b.add(latencyRow(fmt.Sprintf("submit → 202 QUEUED (8 clients, queue 0→%d)", n), perSec(rate, "runs")+", "+cpuPer(cpu, int64(n)), queued,
 		verdict(queued.pct(0.99) < 6*time.Millisecond, "p99 < 6 ms")))
 	// The lifecycle gets a fleet of its own: the boards and the pool leave (their runs end).
 	if err := b.exec(ctx, `UPDATE steps SET state = 'SKIPPED', finished_at = now() WHERE state = 'PENDING';

@@ -131,7 +131,7 @@ func TestConnectionLostAfterSubmitCommitted(t *testing.T) {
 	t.Parallel()
 	env, k := faulty(t)
 	env.Beat("A", "b1", false, "board")
-	k.arm("/* wake: available nodes */", 1)
+	k.arm("/* wake: start */", 1)
 	resp := env.Do(apitest.Client("c"), "POST", "/v1/runs", submitBody("r", "board"))
 	mustFire(t, k)
 	if resp.Status != 201 || env.State("r") != store.Running {
@@ -234,7 +234,7 @@ func TestWakeFailsAfterCommit(t *testing.T) {
 	env.Do(apitest.Client("c"), "POST", "/v1/runs", submitBody("b", "board"))
 	epoch := env.Epoch("A")
 	env.Report("A", "b1", epoch, "a", "s1", "started")
-	k.arm("/* wake: available nodes */", 1) // the wake's first query
+	k.arm("/* wake: start */", 1) // the wake's first query
 	resp := env.Report("A", "b1", epoch, "a", "s1", "succeeded")
 	mustFire(t, k)
 	if resp.Status != 200 || env.State("a") != store.Succeeded {

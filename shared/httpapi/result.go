@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"slices"
 
 	"mediator/shared/auth"
 	"mediator/shared/problem"
@@ -48,13 +49,14 @@ func result(c *call) (reply, error) {
 		"next": res.Next,
 	}
 	// A rollback (retry) releases nothing, so it never wakes. When this report freed the node,
-	// the wake prefers it, and the answer hands the node whatever run it holds now — placed by
-	// this wake or another — so a busy node goes from one run to the next without waiting for
-	// its next heartbeat.
+	// the wake prefers it, and when the wake placed a run on it the answer hands the node that
+	// run, so a busy node goes from one run to the next without waiting for its next heartbeat.
+	// (A run another wake placed on it meanwhile comes with that heartbeat.)
 	if res.Released > 0 {
-		c.wake(p.NodeID)
-		if lease, steps, err := c.d.Store.NodeWork(c.ctx, p.NodeID, p.BootID); err == nil && lease != nil {
-			answer["next_run"] = map[string]any{"lease": lease, "steps": steps}
+		if woke := c.wake(p.NodeID); slices.Contains(woke.Placed, p.NodeID) {
+			if lease, steps, err := c.d.Store.NodeWork(c.ctx, p.NodeID, p.BootID); err == nil && lease != nil {
+				answer["next_run"] = map[string]any{"lease": lease, "steps": steps}
+			}
 		}
 	}
 	return reply{http.StatusOK, answer}, nil

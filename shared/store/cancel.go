@@ -83,7 +83,7 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) 
 		_, freed, err := endRuns(ctx, tx, ending{
 			due:  `SELECT run_id FROM runs WHERE run_id = @run_id::text FOR UPDATE`,
 			from: lr.state, state: Cancelled, reason: ReasonCancelled, kind: "cancelled", pendingTo: Cancelled,
-			args: pgx.NamedArgs{"run_id": p.RunID, "cancel_reason": nullIfEmpty(p.Reason)},
+			args: named{"run_id": p.RunID, "cancel_reason": nullIfEmpty(p.Reason)},
 		})
 		return CancelResult{Settled: true, Released: freed}, err
 	}
@@ -96,7 +96,7 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) 
 	}
 	settle := allFinal(after, "")
 	var released int
-	err := tx.QueryRow(ctx, cancelWriteSQL, pgx.NamedArgs{
+	err := tx.QueryRow(ctx, cancelWriteSQL, named{
 		"run_id": p.RunID, "reason": nullIfEmpty(p.Reason), "settle": settle,
 		"release": finalRoles(after), "first": !lr.cancelling,
 	}).Scan(&released)

@@ -37,3 +37,9 @@ func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) 
 		return nil
 	})
 }
+
+// SpreadSeed is where a run's walk along free_nodes starts.
+func SpreadSeed(runID string) float64 { return spreadSeed(runID) }
+
+// WalkFree is how far that walk goes each way.
+const WalkFree = walkFree

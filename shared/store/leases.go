@@ -101,7 +101,7 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost boo
 		return false, 0, err
 	}
 	var n, others int
-	err = tx.QueryRow(ctx, loseSQL, pgx.NamedArgs{
+	err = tx.QueryRow(ctx, loseSQL, named{
 		"node_id": l.NodeID, "epoch": l.Epoch, "reason": l.Reason,
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
 	}).Scan(&n, &others)

@@ -153,7 +153,7 @@ const renewSlack = time.Second
 // boot it is replacing, a twin first heartbeat — was refused whole by a constraint, and is
 // simply tried again: the next try sees what the other writer committed.
 func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResult, error) {
-	args := pgx.NamedArgs{
+	args := named{
 		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
 	}
@@ -182,7 +182,7 @@ func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResu
 // Lock order, for every writer in this package: node, then run, then lease. The routine
 // heartbeat holds its node row while it renews the lease; when this path took the lease
 // before the node, the two deadlocked on every restart under load.
-func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, args pgx.NamedArgs) (HeartbeatResult, error) {
+func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, args named) (HeartbeatResult, error) {
 	var res HeartbeatResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE node_id = $1 FOR UPDATE`, p.NodeID); err != nil {
@@ -222,7 +222,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 }
 
 // quietHeartbeat answers from a read when nothing is due; ok is false when something is.
-func (s *Store) quietHeartbeat(ctx context.Context, args pgx.NamedArgs) (HeartbeatResult, bool, error) {
+func (s *Store) quietHeartbeat(ctx context.Context, args named) (HeartbeatResult, bool, error) {
 	var (
 		res       HeartbeatResult
 		runID     *string
@@ -324,23 +324,6 @@ type AvailableNode struct {
 	Labels []string
 }
 
-// availableSQL: live advert, not draining, no lease (SPEC.md §1, "available").
-const availableSQL = `
-	SELECT n.node_id, n.labels FROM nodes n
-	WHERE n.advert_expires_at > now() AND NOT n.draining
-	  AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
-	ORDER BY n.node_id`
-
-// AvailableNodes lists the nodes a run could be placed on right now.
-func (s *Store) AvailableNodes(ctx context.Context) ([]AvailableNode, error) {
-	rows, err := s.pool.Query(ctx, availableSQL)
-	if err != nil {
-		return nil, translate(err)
-	}
-	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AvailableNode])
-	return nodes, translate(err)
-}
-
 // ListLeases is who holds what (GET /v1/leases). alive is judged by the lease alone.
 func (s *Store) ListLeases(ctx context.Context) ([]Lease, error) {
 	rows, err := s.pool.Query(ctx, `
@@ -436,7 +419,7 @@ func (s *Store) failUnservable(ctx context.Context) (int, error) {
 			n, _, err := endRuns(ctx, s.pool, ending{
 				due: unservableDue, from: Queued, state: Failed, reason: ReasonNoCapableNode,
 				kind: "unservable", pendingTo: Skipped,
-				args: pgx.NamedArgs{"shape": shape, "fleet": fleetPrint, "batch": unservableBatch},
+				args: named{"shape": shape, "fleet": fleetPrint, "batch": unservableBatch},
 			})
 			if err != nil {
 				return failed, err

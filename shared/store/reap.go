@@ -146,7 +146,7 @@ func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (int, err
 	return s.endInBatches(ctx, &sum.Cancelled, sum, ending{
 		due: cancelGraceDue, from: Running, state: Cancelled, reason: ReasonCancelled,
 		kind: "cancel_grace_expired", pendingTo: Cancelled,
-		args: pgx.NamedArgs{"grace": s.set.CancelGrace.Seconds()},
+		args: named{"grace": s.set.CancelGrace.Seconds()},
 	})
 }
 
@@ -167,7 +167,7 @@ func (s *Store) reapQueueTimeouts(ctx context.Context, sum *ReapSummary) (int, e
 // endInBatches ends what e selects, a batch per transaction, until nothing is due.
 func (s *Store) endInBatches(ctx context.Context, count *int, sum *ReapSummary, e ending) (int, error) {
 	if e.args == nil {
-		e.args = pgx.NamedArgs{}
+		e.args = named{}
 	}
 	e.args["batch"] = reapBatch
 	freed := 0
@@ -199,7 +199,7 @@ const retireSQL = `
 // reapRetired is step 6.
 func (s *Store) reapRetired(ctx context.Context, sum *ReapSummary) error {
 	for inTime(ctx) {
-		tag, err := s.pool.Exec(ctx, retireSQL, pgx.NamedArgs{"retire": s.set.RetireAfter.Seconds(), "batch": reapBatch})
+		tag, err := s.pool.Exec(ctx, retireSQL, named{"retire": s.set.RetireAfter.Seconds(), "batch": reapBatch})
 		if err != nil {
 			return translate(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"time"
@@ -81,16 +82,25 @@ func (s *Store) DryRun(ctx context.Context, run NewRun) (Verdict, error) {
 	return Verdict{Verdict: res.Verdict, Assigned: res.Assigned, Unmet: res.Unmet, Width: len(run.Roles)}, nil
 }
 
-// candidatesSQL reads, for each role, at most width capable nodes that are available now and
-// at most width capable nodes of the whole fleet, fewest labels first. That is enough: a
-// maximum matching over these lists is as large as one over the whole fleet (a role matched
-// outside its list has width listed nodes, at most width-1 of them taken by the other roles,
-// so it can swap to a free one).
+// candidatesSQL reads, for each role, a few capable nodes that are available now and, when
+// those are not enough to place the run, up to width capable nodes of the whole fleet. That
+// is enough: a maximum matching over these lists is as large as one over the whole fleet (a
+// role matched outside its list has width listed nodes, at most width-1 of them taken by the
+// other roles, so it can swap to a free one).
 //
-// Each role's needs are a parameter of their own ($1..$width; then the width, the run's id), and the
-// statement is sent unnamed, so PostgreSQL plans it knowing the labels: the GIN index
-// nodes_labels for a rare label, a scan for one every node has. Needs computed inside the
-// statement (unnest of a list) hid the values, and every submit read the whole fleet.
+// The available ones are found by walking free_nodes from a random place of the run's own
+// (the seed) for at most walkFree nodes each way: a submit costs the same with two thousand
+// free boards as with two, and concurrent submits start at different places instead of all
+// reaching for the same board. It used to sort every capable free node by a hash of the run
+// id: the same spread, at the price of reading the whole pool on every submit. Only when the
+// walk finds too few (a rare label in a large idle fleet) does it ask the labels index.
+// Among what it finds, match.Place prefers the nodes with the fewest labels.
+//
+// Parameters: each role's needs ($1..$width), then the seed. The limits are written into the
+// statement, and each branch's shape is fixed by its subqueries, so the plan PostgreSQL
+// caches serves every label: with the limit as a parameter it judged no cached plan good
+// enough and planned the statement afresh on every submit, and that took longer than running
+// it; a plan cached for a rare label scanned the labels index for a common one.
 func candidatesSQL(width int) string {
 	if width < len(candidatesByWidth) {
 		return candidatesByWidth[width]
@@ -106,26 +116,58 @@ var candidatesByWidth = func() []string {
 	return out
 }()
 
+// walkFree bounds the walk along free_nodes, each way.
+const walkFree = 64
+
 func buildCandidatesSQL(width int) string {
-	var parts []string
+	k, seed := candidatesPerRole(width), width+1
+	var walks, parts []string
 	for i := 1; i <= width; i++ {
-		// $%[3]d is the run's id: equally good free nodes come in an order of the run's own,
-		// so concurrent submits look at different boards (see match.Assign).
+		walk := func(cmp string) string {
+			// OFFSET 0 keeps the lateral lookup a lookup: joined plainly, PostgreSQL read
+			// every capable node into a hash to match the few free ones walked.
+			return fmt.Sprintf(`(SELECT n.node_id, n.labels, true AS available
+         FROM (SELECT node_id FROM free_nodes WHERE spread %[1]s $%[2]d ORDER BY spread LIMIT %[3]d) f
+         CROSS JOIN LATERAL (SELECT n.node_id, n.labels FROM nodes n WHERE n.node_id = f.node_id
+             AND n.labels @> $%[4]d::text[] AND n.advert_expires_at > now() AND NOT n.draining OFFSET 0) n)`, cmp, seed, walkFree, i)
+		}
+		walks = append(walks, fmt.Sprintf(`walk%d AS (
+    SELECT * FROM (
+        %s
+        UNION ALL
+        %s
+    ) w LIMIT %d)`, i, walk(">="), walk("<"), k))
 		parts = append(parts, fmt.Sprintf(`
-    (SELECT n.node_id, n.labels, true AS available FROM nodes n
-     WHERE n.labels @> $%[1]d::text[] AND n.advert_expires_at > now() AND NOT n.draining
-       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
-     ORDER BY cardinality(n.labels), hashtext($%[3]d || '/' || n.node_id) LIMIT $%[2]d)
+    SELECT * FROM walk%[1]d
     UNION ALL
-    (SELECT n.node_id, n.labels, false FROM nodes n WHERE n.labels @> $%[1]d::text[]
-     ORDER BY cardinality(n.labels), n.node_id LIMIT $%[2]d)`, i, width+1, width+2))
+    (SELECT n.node_id, n.labels, true FROM nodes n
+     WHERE (SELECT count(*) FROM walk%[1]d) < %[2]d
+       AND n.labels @> $%[1]d::text[] AND n.advert_expires_at > now() AND NOT n.draining
+       AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id)
+     LIMIT %[2]d)
+    UNION ALL
+    (SELECT n.node_id, n.labels, false FROM nodes n
+     WHERE (SELECT count(*) FROM walk%[1]d) < %[3]d AND n.labels @> $%[1]d::text[]
+     LIMIT %[2]d)`, i, k, width))
 	}
 	return `/* submit: candidates */
+WITH ` + strings.Join(walks, ",\n") + `
 SELECT DISTINCT ON (c.node_id) c.node_id, c.labels, c.available,
        EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')
 FROM (` + strings.Join(parts, "\n    UNION ALL") + `
 ) c
 ORDER BY c.node_id, c.available DESC`
+}
+
+// candidatesPerRole is how many available nodes a submit reads per role: the width the
+// matching needs, and a few more to pick the best fits among.
+func candidatesPerRole(width int) int { return width + 2 }
+
+// spreadSeed is the run's own place on free_nodes.spread, in [0, 1).
+func spreadSeed(runID string) float64 {
+	h := fnv.New32a()
+	h.Write([]byte(runID))
+	return float64(h.Sum32()) / (1 << 32)
 }
 
 // verdict matches run against the fleet, and says whether other runs are queued.
@@ -134,11 +176,11 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 	if len(roles) > s.set.MaxRunWidth {
 		return match.Result{Verdict: match.TooWide}, false, nil
 	}
-	args := []any{pgx.QueryExecModeExec}
+	args := []any{}
 	for _, r := range run.Roles {
 		args = append(args, append([]string{}, r.Needs...)) // never NULL: no needs match every node
 	}
-	args = append(args, len(roles), run.RunID)
+	args = append(args, spreadSeed(run.RunID))
 	rows, err := s.pool.Query(ctx, candidatesSQL(len(roles)), args...)
 	if err != nil {
 		return match.Result{}, false, translate(err)
@@ -175,7 +217,8 @@ WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @assign_nodes::text[]) AS a(role, node_id)
     JOIN nodes n ON n.node_id = a.node_id
-    WHERE n.advert_expires_at > now() AND NOT n.draining
+    WHERE n.node_id = ANY (@assign_nodes::text[]) -- so the plan looks the nodes up, never scans the fleet
+      AND n.advert_expires_at > now() AND NOT n.draining
       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
     FOR UPDATE OF n SKIP LOCKED
 ), decided AS (
@@ -331,7 +374,7 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 		return storedRun{}, err
 	}
 	stored := storedRun{reason: reason, assigned: assigned}
-	err = s.pool.QueryRow(ctx, insertRunSQL, pgx.NamedArgs{
+	err = s.pool.QueryRow(ctx, insertRunSQL, named{
 		"assign_roles": aRoles, "assign_nodes": aNodes, "state": state, "width": len(run.Roles),
 		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
@@ -444,7 +487,7 @@ type Cursor struct {
 // the end).
 func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor, error) {
 	var where []string
-	args := pgx.NamedArgs{"limit": p.Limit + 1}
+	args := named{"limit": p.Limit + 1}
 	if !p.Viewer.Admin {
 		where, args["owner"] = append(where, "r.owner = @owner"), p.Viewer.Owner
 	}

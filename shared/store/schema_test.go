@@ -207,3 +207,48 @@ func TestConnectionModes(t *testing.T) {
 		}
 	}
 }
+
+// free_nodes follows the leases and the nodes with no help from the store: a lease taken
+// removes its node, a lease released puts it back, a new node starts free, a removed one
+// leaves. Each step runs in a transaction of its own that is rolled back, from the fixture.
+func TestFreeNodesFollowLeasesAndNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, fixture); err != nil {
+		t.Fatal(err)
+	}
+	free := func(q pgx.Tx) string {
+		t.Helper()
+		var ids string
+		if err := q.QueryRow(ctx, `SELECT coalesce(string_agg(node_id, ',' ORDER BY node_id), '') FROM free_nodes`).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	cases := []struct{ name, sql, want string }{
+		{"as the fixture leaves it", `SELECT 1`, "n2"},
+		{"a lease released", `DELETE FROM leases WHERE node_id = 'n1'`, "n1,n2"},
+		{"a lease taken", `INSERT INTO leases (node_id, run_id, role, boot_id, expires_at) VALUES ('n2', 'q1', 'main', 'b1', now())`, ""},
+		{"a node registered", `INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at) VALUES ('n3', '{}', 'b1', now())`, "n2,n3"},
+		{"a node removed", `DELETE FROM nodes WHERE node_id = 'n2'`, ""},
+		{"a leased node removed with its lease", `DELETE FROM leases WHERE node_id = 'n1'; DELETE FROM nodes WHERE node_id = 'n1'`, "n2"},
+	}
+	for _, tc := range cases {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, tc.sql); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := free(tx); got != tc.want {
+			t.Errorf("%s: free_nodes %q, want %q", tc.name, got, tc.want)
+		}
+		_ = tx.Rollback(ctx)
+	}
+}

@@ -17,7 +17,7 @@ type ending struct {
 	reason    string
 	kind      string // the event's kind
 	pendingTo string // what a step that never started becomes: SKIPPED or CANCELLED
-	args      pgx.NamedArgs
+	args      named
 }
 
 // endSQL ends the due runs: every step that is not final becomes final, every lease is
@@ -44,7 +44,7 @@ SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed)`
 
 // endRuns ends what e.due selects; it returns how many runs ended and leases were freed.
 func endRuns(ctx context.Context, q querier, e ending) (ended, freed int, err error) {
-	args := pgx.NamedArgs{
+	args := named{
 		"end_state": e.state, "end_reason": e.reason, "end_from": e.from, "end_kind": e.kind,
 		"pending_to": e.pendingTo, "cancel_reason": nil,
 	}

@@ -90,3 +90,35 @@ func capable(fleet []match.Node, node string, roles []store.NewRole, role string
 	}
 	return false
 }
+
+// The walk along free_nodes stops after a few nodes each way; a label that only one free node
+// of a large idle fleet carries is still found, through the labels index. The rare node is put
+// where neither walk reaches: past the first nodes after the run's seed, and past the first
+// nodes from the start, where the walk goes on when it reaches the end.
+func TestARareLabelIsFoundInALargeIdleFleet(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	const commons = 400
+	env.Exec(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at)
+		SELECT 'common-' || i, '{common}', 'b1', now() + interval '1 hour' FROM generate_series(1, $1::int) i`, commons)
+	env.Exec(`UPDATE free_nodes SET spread = (substr(node_id, 8)::int - 1)::float8 / $1`, commons)
+	env.Heartbeat("rare", "b1", false, "common", "rare")
+	seed, reach := store.SpreadSeed("r0"), float64(store.WalkFree+8)/commons
+	place := 0.3
+	for _, x := range []float64{0.3, 0.55, 0.8} {
+		if x > reach && (x < seed || x > seed+reach) {
+			place = x
+			break
+		}
+	}
+	env.Exec(`UPDATE free_nodes SET spread = $1 WHERE node_id = 'rare'`, place)
+	for i := range 3 {
+		res := env.Submit(apitest.NewRun(fmt.Sprint("r", i), "rare"))
+		if i == 0 && (res.Run.State != store.Running || res.Run.Assigned["main"] != "rare") {
+			t.Fatalf("a run for the one rare node, free: %s on %v", res.Run.State, res.Run.Assigned)
+		}
+		if i > 0 && res.Run.State != store.Queued {
+			t.Fatalf("a second run for the one rare node, now busy: %s", res.Run.State)
+		}
+	}
+}

@@ -21,6 +21,9 @@ type WakeResult struct {
 	// placed: then the wake costs one query, whatever the depth of the queue.
 	Walked int
 	Sweeps int
+	// Placed are the nodes this wake leased, so a caller can hand a node it freed its next
+	// run without asking the database whether there is one.
+	Placed []string
 }
 
 // maxSweeps bounds the fresh re-sweeps after a lost race. A race is only lost to another
@@ -50,16 +53,6 @@ func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, e
 	return res, nil
 }
 
-// wakeStartSQL is the idle cost of a wake: one query that answers nothing when the queue is
-// empty or no node is available, so neither case walks anything.
-const wakeStartSQL = `
-/* wake: available nodes */
-	SELECT n.node_id, n.labels FROM nodes n
-	WHERE EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')
-	  AND n.advert_expires_at > now() AND NOT n.draining
-	  AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
-	ORDER BY n.node_id`
-
 // headColumns describe a queued run as the wake needs it. protected: older than the
 // starvation bound, so younger runs may not take the nodes it could use.
 const headColumns = `r.run_id, r.shape, r.created_at,
@@ -67,30 +60,55 @@ const headColumns = `r.run_id, r.shape, r.created_at,
 	(SELECT json_agg(json_build_object('Name', ro.role, 'Needs', ro.needs) ORDER BY ro.ordinal)
 	   FROM run_roles ro WHERE ro.run_id = r.run_id)`
 
-// headsSQL finds the oldest queued run of every shape by skipping through the index
-// runs_queue_by_shape: its cost grows with the number of distinct shapes, not with the depth
-// of the queue. Runs of one shape are interchangeable, so when the head of a shape cannot be
-// placed, no run behind it can either.
-const headsSQL = `
-/* wake: heads */
+// startSQL is all a sweep reads before it places anything, in one round trip: the oldest queued
+// run of every shape (the heads), and the available nodes that could serve one of them. It
+// answers nothing at all unless both exist, so a wake that can place nothing costs this one
+// statement, whatever the depth of the queue or the size of the fleet: the heads come from an
+// index, the available nodes from free_nodes, which holds only the nodes no lease holds.
+//
+// The heads come from skipping through the index runs_queue_by_shape: the cost grows with the
+// number of distinct shapes, not with the depth of the queue. (Every "oldest of a shape" here
+// orders by shape first, which the equality makes no different, so that the plan walks that
+// index: ordered by arrival alone it could walk runs_queue past every run of other shapes.
+// The needs are looked up per head, OFFSET 0 keeping it a lookup: as a join, a plan made at
+// one depth read all of run_roles at another.) Runs of one shape are
+// interchangeable, so when the head of a shape cannot be placed, no run behind it can either;
+// and a node no head could use is no use to any queued run. (The wake used to read every
+// available node first: with a busy queue for one kind of board, every wake shipped the whole
+// idle rest of a lab to Go and matched it for nothing.)
+const startSQL = `
+/* wake: start */
 WITH RECURSIVE shapes(shape) AS (
     (SELECT shape FROM runs WHERE state = 'QUEUED' ORDER BY shape LIMIT 1)
     UNION ALL
     SELECT (SELECT r.shape FROM runs r WHERE r.state = 'QUEUED' AND r.shape > s.shape ORDER BY r.shape LIMIT 1)
     FROM shapes s WHERE s.shape IS NOT NULL
+), heads AS (
+    SELECT h.* FROM shapes s CROSS JOIN LATERAL (
+        SELECT ` + headColumns + ` FROM runs r
+        WHERE r.state = 'QUEUED' AND r.shape = s.shape ORDER BY r.shape, r.created_at, r.run_id LIMIT 1
+    ) h(run_id, shape, created_at, protected, roles)
+    WHERE s.shape IS NOT NULL
+), needs AS (
+    SELECT DISTINCT ro.needs FROM heads h
+    CROSS JOIN LATERAL (SELECT needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
+), free AS (
+    SELECT n.node_id, n.labels FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
+    WHERE EXISTS (SELECT 1 FROM heads)
+      AND n.advert_expires_at > now() AND NOT n.draining
+      AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
 )
-SELECT h.* FROM shapes s CROSS JOIN LATERAL (
-    SELECT ` + headColumns + ` FROM runs r
-    WHERE r.state = 'QUEUED' AND r.shape = s.shape ORDER BY r.created_at, r.run_id LIMIT 1
-) h
-WHERE s.shape IS NOT NULL`
+SELECT true, h.run_id, h.shape, h.created_at, h.protected, h.roles, NULL::text[]
+FROM heads h WHERE EXISTS (SELECT 1 FROM free)
+UNION ALL
+SELECT false, f.node_id, NULL, NULL, NULL, NULL, f.labels FROM free f`
 
 // nextOfShapeSQL is the run behind a head of the same shape.
 const nextOfShapeSQL = `
 	SELECT ` + headColumns + ` FROM runs r
 	WHERE r.state = 'QUEUED' AND r.shape = @shape
 	  AND (r.created_at, r.run_id) > (@created_at::timestamptz, @run_id::text)
-	ORDER BY r.created_at, r.run_id LIMIT 1`
+	ORDER BY r.shape, r.created_at, r.run_id LIMIT 1`
 
 // promoteSQL is one promotion, in one statement and so one transaction: the conditional
 // update (I6), the leases (I1), the roles' node ids, the event.
@@ -115,19 +133,20 @@ WITH pick AS (
     SELECT run_id, width FROM runs
     WHERE state = 'QUEUED' AND shape = @shape::text
       AND (created_at, run_id) >= (@created_at::timestamptz, @run_id::text)
-    ORDER BY created_at, run_id LIMIT 1
+    ORDER BY shape, created_at, run_id LIMIT 1
     FOR UPDATE
 ), slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id
     FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
     JOIN nodes n ON n.node_id = a.node_id
-    WHERE n.advert_expires_at > now() AND NOT n.draining
+    WHERE n.node_id = ANY (@nodes::text[]) -- so the plan looks the nodes up, never scans the fleet
+      AND n.advert_expires_at > now() AND NOT n.draining
       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
     FOR UPDATE OF n SKIP LOCKED
 ), role AS (
     SELECT ro.role, array_to_string(ro.needs, ',') AS need,
            row_number() OVER (ORDER BY array_to_string(ro.needs, ',') COLLATE "C", ro.role COLLATE "C") AS ord
-    FROM run_roles ro JOIN pick ON ro.run_id = pick.run_id
+    FROM run_roles ro WHERE ro.run_id = (SELECT run_id FROM pick)
 ), assign AS (
     SELECT r.role, s.node_id, s.boot_id FROM role r JOIN slot s ON s.ord = r.ord AND s.need = r.need
 ), run AS (
@@ -160,22 +179,10 @@ type head struct {
 // sweep walks the queue once over the nodes available when it starts. raced reports that a
 // promotion lost to another writer, so the caller sweeps again from fresh state.
 func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (raced bool, err error) {
-	rows, err := s.pool.Query(ctx, wakeStartSQL)
-	if err != nil {
-		return false, translate(err)
-	}
-	avail, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AvailableNode])
+	starvation := named{"starvation": s.set.Starvation.Seconds()}
+	heads, avail, err := s.start(ctx, starvation)
 	if err != nil || len(avail) == 0 {
-		return false, translate(err)
-	}
-	starvation := pgx.NamedArgs{"starvation": s.set.Starvation.Seconds()}
-	rows, err = s.pool.Query(ctx, headsSQL, starvation)
-	if err != nil {
-		return false, translate(err)
-	}
-	heads, err := pgx.CollectRows(rows, pgx.RowToStructByPos[head])
-	if err != nil {
-		return false, translate(err)
+		return false, err
 	}
 	queue := headQueue(heads)
 	heap.Init(&queue)
@@ -211,6 +218,7 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 		h = placed // go on behind the run actually placed
 		for _, node := range assigned {
 			free.remove(node)
+			res.Placed = append(res.Placed, node)
 		}
 		if free.size() == 0 {
 			break
@@ -222,6 +230,37 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 		}
 	}
 	return raced, nil
+}
+
+// start reads the heads and the available nodes that could serve them (startSQL).
+func (s *Store) start(ctx context.Context, args named) ([]head, []AvailableNode, error) {
+	rows, err := s.pool.Query(ctx, startSQL, args)
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	defer rows.Close()
+	var heads []head
+	var avail []AvailableNode
+	for rows.Next() {
+		var (
+			isHead    bool
+			id        string
+			shape     *string
+			createdAt *time.Time
+			protected *bool
+			roles     []match.Role
+			labels    []string
+		)
+		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &protected, &roles, &labels); err != nil {
+			return nil, nil, translate(err)
+		}
+		if isHead {
+			heads = append(heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, Protected: *protected, Roles: roles})
+		} else {
+			avail = append(avail, AvailableNode{NodeID: id, Labels: labels})
+		}
+	}
+	return heads, avail, translate(rows.Err())
 }
 
 // promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
@@ -244,7 +283,7 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 		needs[i], nodes[i] = sl.need, sl.node
 	}
 	placed := h
-	err := s.pool.QueryRow(ctx, promoteSQL, pgx.NamedArgs{
+	err := s.pool.QueryRow(ctx, promoteSQL, named{
 		"shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
 		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
 	}).Scan(&placed.RunID, &placed.CreatedAt)
@@ -254,8 +293,8 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 	return placed, err == nil, translate(err)
 }
 
-func (s *Store) nextOfShape(ctx context.Context, h head, args pgx.NamedArgs) (head, bool, error) {
-	rows, err := s.pool.Query(ctx, nextOfShapeSQL, pgx.NamedArgs{
+func (s *Store) nextOfShape(ctx context.Context, h head, args named) (head, bool, error) {
+	rows, err := s.pool.Query(ctx, nextOfShapeSQL, named{
 		"starvation": args["starvation"], "shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
 	})
 	if err != nil {
