@@ -202,11 +202,12 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 }
 
 // insertRunSQL stores a submission in one statement — so in one transaction — with the state
-// already decided. The assignment is re-checked inside it: if a chosen node stopped being
-// available after the match, or another submit or promotion holds it right now (SKIP LOCKED:
-// a collision costs nothing, it does not wait), the run is stored QUEUED instead (avail comes
-// up short); if another transaction leased one meanwhile, leases_pkey refuses the whole
-// statement and Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
+// already decided. The assignment is re-checked inside it, on the chosen nodes' free_nodes rows
+// (see promoteSQL): if one was leased after the match, or another submit or promotion is
+// taking it right now (SKIP LOCKED: a collision costs nothing, it does not wait), the run is
+// stored QUEUED instead (avail comes up short); should a lease still slip in, leases_pkey
+// refuses the whole statement and Submit stores the run QUEUED. Either way no 409 leaves the
+// submit path for lack of room.
 // ON CONFLICT DO NOTHING makes concurrent submits of one run_id store one row. It names no
 // conflict target on purpose: runs_run_id_state_key (the target of I2's foreign key) is a
 // second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin still raised
@@ -216,11 +217,11 @@ const insertRunSQL = `
 WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @assign_nodes::text[]) AS a(role, node_id)
-    JOIN nodes n ON n.node_id = a.node_id
-    WHERE n.node_id = ANY (@assign_nodes::text[]) -- so the plan looks the nodes up, never scans the fleet
+    JOIN free_nodes f ON f.node_id = a.node_id
+    JOIN nodes n ON n.node_id = f.node_id
+    WHERE f.node_id = ANY (@assign_nodes::text[]) AND n.node_id = ANY (@assign_nodes::text[]) -- look up, never scan
       AND n.advert_expires_at > now() AND NOT n.draining
-      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
-    FOR UPDATE OF n SKIP LOCKED
+    FOR UPDATE OF f SKIP LOCKED
 ), decided AS (
     SELECT CASE WHEN @state::text = 'RUNNING' AND (SELECT count(*) FROM avail) <> @width::int THEN 'QUEUED'
                 ELSE @state::text END AS state

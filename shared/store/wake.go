@@ -113,36 +113,41 @@ const nextOfShapeSQL = `
 // promoteSQL is one promotion, in one statement and so one transaction: the conditional
 // update (I6), the leases (I1), the roles' node ids, the event.
 //
-// It promotes the oldest queued run of the head's shape from the head on, not one fixed run:
-// every handler that frees a node wakes the queue, and when they all aimed at one fixed head
-// they queued on its row lock, found it promoted, failed and swept again — ten promotion
-// attempts per promotion under load. Now a wake that waited on the head's lock goes on to the
-// run behind it (PostgreSQL re-checks a locked row and, if it no longer matches, takes the
-// next), and if the first wake failed it gets the head itself: arrival order holds. (SKIP
-// LOCKED was faster and broke it: a run whose promotion failed was overtaken meanwhile.)
-// Runs of one shape are interchangeable for placement, so the planned nodes are paired with
-// the picked run's roles by their needs (byte order on both sides), not by role name.
+// It locks the planned nodes' free_nodes rows first, and only then a run: the oldest queued run of the head's
+// shape, from the head on, that no one else holds (runs of one shape are interchangeable for
+// placement, so the planned nodes are paired with the picked run's roles by their needs, byte
+// order on both sides, not by role name). Only a writer taking the node as a lease holds its
+// free_nodes row, and a lease taken since this statement's snapshot has deleted it: so a node
+// leased meanwhile, or being leased right now by another promotion or a submit, makes the
+// count fall short before any run is touched; the statement writes nothing and says so, and
+// the wake tries the head on other nodes. (Locking the nodes row instead let a node leased
+// since the snapshot look free until leases_pkey refused the insert, after the run was held;
+// and a heartbeat renewing its advert held that row and hid an idle node from every wake.)
 //
-// The chosen nodes are re-read and locked inside it; if one stopped being available, or
-// another promotion or submit holds it right now (SKIP LOCKED: collide and move on, never
-// wait), the count falls short and nothing is written; if another transaction leased one
-// first, leases_pkey refuses the statement.
+// Every handler that frees a node wakes the queue, so wakes meet at the head. They used to
+// lock the run first and wait for it: each wake queued behind the one before, found the head
+// gone and its node taken, and swept again — five promotion attempts per promotion, each
+// waiting out the one before it. A wake that finds the head held now skips to the run behind
+// it. That keeps arrival order because the holder already holds its nodes: from there its
+// promotion cannot fail for want of a node. (Skipping while the nodes were still to be locked
+// let a younger run overtake a head whose promotion then failed.)
 const promoteSQL = `
 /* wake: promote */
-WITH pick AS (
+WITH slot AS (
+    SELECT a.ord, a.need, n.node_id, n.boot_id
+    FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
+    JOIN free_nodes f ON f.node_id = a.node_id
+    JOIN nodes n ON n.node_id = f.node_id
+    WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) -- look up, never scan
+      AND n.advert_expires_at > now() AND NOT n.draining
+    FOR UPDATE OF f SKIP LOCKED
+), pick AS (
     SELECT run_id, width FROM runs
     WHERE state = 'QUEUED' AND shape = @shape::text
       AND (created_at, run_id) >= (@created_at::timestamptz, @run_id::text)
+      AND (SELECT count(*) FROM slot) = cardinality(@nodes::text[]) -- the nodes first
     ORDER BY shape, created_at, run_id LIMIT 1
-    FOR UPDATE
-), slot AS (
-    SELECT a.ord, a.need, n.node_id, n.boot_id
-    FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
-    JOIN nodes n ON n.node_id = a.node_id
-    WHERE n.node_id = ANY (@nodes::text[]) -- so the plan looks the nodes up, never scans the fleet
-      AND n.advert_expires_at > now() AND NOT n.draining
-      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
-    FOR UPDATE OF n SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ), role AS (
     SELECT ro.role, array_to_string(ro.needs, ',') AS need,
            row_number() OVER (ORDER BY array_to_string(ro.needs, ',') COLLATE "C", ro.role COLLATE "C") AS ord
@@ -165,7 +170,8 @@ WITH pick AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
     SELECT run_id, attempt, 'promoted', 'QUEUED', 'RUNNING' FROM run
 )
-SELECT run_id, created_at FROM run`
+SELECT (SELECT count(*) FROM slot) = cardinality(@nodes::text[]), run.run_id, run.created_at
+FROM (SELECT 1) one LEFT JOIN run ON true`
 
 // head is a queued run the wake may place.
 type head struct {
@@ -199,17 +205,24 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 			}
 			continue // nothing behind it in this shape can be placed either
 		}
-		placed, promoted, err := s.promote(ctx, h, assigned)
+		placed, outcome, err := s.promote(ctx, h, assigned)
 		switch {
 		case Unreachable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return false, err
-		case err != nil || !promoted:
-			// The run moved, or a node went, since we looked; or this run's promotion failed
-			// (logged; the walk goes on with the other shapes). Nothing more of this shape in
-			// this sweep: a younger run placed now would overtake this one, which the fresh
-			// sweep that follows finds at the head again.
+		case outcome == nodesTaken || errors.Is(err, ErrNodeTaken):
+			// Another wake or a submit is taking a planned node (and will use it), or it went:
+			// the same head, on the nodes left.
+			for _, node := range assigned {
+				free.remove(node)
+			}
+			heap.Push(&queue, h)
+			continue
+		case err != nil || outcome == runsTaken:
+			// Every run of the shape from the head on is promoted or held by another writer,
+			// or this promotion failed (logged; the walk goes on with the other shapes).
+			// Nothing more of this shape in this sweep; a fresh sweep looks again.
 			raced = true
-			if err != nil && !errors.Is(err, ErrNodeTaken) {
+			if err != nil {
 				s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
 			}
 			continue
@@ -263,9 +276,18 @@ func (s *Store) start(ctx context.Context, args named) ([]head, []AvailableNode,
 	return heads, avail, translate(rows.Err())
 }
 
+// promoteOutcome is what became of one promotion.
+type promoteOutcome int
+
+const (
+	promoted   promoteOutcome = iota
+	nodesTaken                // a planned node is held by another writer, or gone: nothing written
+	runsTaken                 // the nodes were had, but no run of the shape from the head on
+)
+
 // promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
-// roles. It returns the run it placed (h, or one behind it), or false when it placed none.
-func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (head, bool, error) {
+// roles. It returns the run it placed (h, or one behind it) and what became of it.
+func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (head, promoteOutcome, error) {
 	type slot struct{ need, role, node string }
 	slots := make([]slot, 0, len(assigned))
 	for _, r := range h.Roles {
@@ -282,15 +304,26 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 	for i, sl := range slots {
 		needs[i], nodes[i] = sl.need, sl.node
 	}
-	placed := h
+	var (
+		hadNodes  bool
+		runID     *string
+		createdAt *time.Time
+	)
 	err := s.pool.QueryRow(ctx, promoteSQL, named{
 		"shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
 		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&placed.RunID, &placed.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return h, false, nil
+	}).Scan(&hadNodes, &runID, &createdAt)
+	switch {
+	case err != nil:
+		return h, runsTaken, translate(err)
+	case !hadNodes:
+		return h, nodesTaken, nil
+	case runID == nil:
+		return h, runsTaken, nil
 	}
-	return placed, err == nil, translate(err)
+	placed := h
+	placed.RunID, placed.CreatedAt = *runID, *createdAt
+	return placed, promoted, nil
 }
 
 func (s *Store) nextOfShape(ctx context.Context, h head, args named) (head, bool, error) {

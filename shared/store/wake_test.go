@@ -251,3 +251,25 @@ func TestWakeIdleCostIsOneQueryAtAnyDepth(t *testing.T) {
 		t.Fatalf("idle wake over 300 queued runs: %+v", res)
 	}
 }
+
+// A heartbeat renewing its node's advert holds the node's row until it commits; a wake in that
+// moment still places a queued run on the node. (It used to lock the node's row, skip it as
+// taken, and leave the run queued next to an idle node until some later wake.)
+func TestWakePlacesOnANodeWhoseHeartbeatIsInFlight(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("r1", "board"))
+	env.Heartbeat("A", "b1", false, "board")
+	ctx := context.Background()
+	tx, err := env.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE nodes SET last_seen_at = now(), advert_expires_at = now() + interval '1 minute' WHERE node_id = 'A'`); err != nil {
+		t.Fatal(err)
+	}
+	if res := env.Wake(); res.Promoted != 1 {
+		t.Fatalf("wake beside an in-flight heartbeat: %+v", res)
+	}
+}
