@@ -18,13 +18,25 @@ func (b *bench) alone(ctx context.Context) error {
 		VALUES ('solo', ARRAY['solo'], 'b1', now() + interval '1 day')`); err != nil {
 		return err
 	}
+	// Start from a flushed server: the checkpoint the database's creation left due would
+	// otherwise land in the measured second. (Not every role may; then it is skipped.)
+	_ = b.exec(ctx, `CHECKPOINT`)
 	who := auth.Principal{Kind: auth.Node, ID: "solo"}
 	beat := func() call {
 		return b.do(ctx, who, "PUT", "/v1/nodes/solo", map[string]any{"boot_id": "b1", "labels": []string{"solo"}})
 	}
 	var submit, pickup, quiet, started, succeeded samples
-	cpu, end, runs := cpuBusy(), time.Now().Add(b.dur), int64(0)
-	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
+	// Warm up first, as a Lambda environment that has served a few requests: connections open,
+	// statements prepared, caches filled. Only the second second on is measured.
+	var cpu time.Duration
+	begin, warm := time.Now(), time.Now().Add(time.Second)
+	measured := func() bool { return time.Now().After(warm) }
+	runs := int64(0)
+	for i := 0; time.Since(begin) < b.dur+time.Second && ctx.Err() == nil; i++ {
+		if cpu == 0 && measured() {
+			cpu = cpuBusy()
+			submit, pickup, quiet, started, succeeded = samples{}, samples{}, samples{}, samples{}, samples{}
+		}
 		id := fmt.Sprintf("solo-%d", i)
 		if c := b.do(ctx, client(0), "POST", "/v1/runs", oneStep(id, "solo")); c.status != 201 {
 			return fmt.Errorf("submit: %d %s", c.status, c.body)
@@ -49,7 +61,9 @@ func (b *bench) alone(ctx context.Context) error {
 			}
 			st.s.add(c)
 		}
-		runs++
+		if cpu != 0 {
+			runs++
+		}
 	}
 	b.add(row{measure: "one run at a time (one client, one node): submit → pick-up → started → succeeded",
 		value: perSec(float64(runs)/b.dur.Seconds(), "runs") + ", " + cpuPer(cpu, runs)})
@@ -60,5 +74,5 @@ func (b *bench) alone(ctx context.Context) error {
 	b.add(latencyRow("  · heartbeat with nothing new", "", &quiet, heartbeatTarget(&quiet)))
 	b.add(latencyRow("  · result: started", "", &started, callTarget(&started)))
 	b.add(latencyRow("  · result: succeeded (settles, wakes)", "", &succeeded, callTarget(&succeeded)))
-	return nil
+	return b.exec(ctx, `DELETE FROM nodes WHERE node_id = 'solo'`) // the sections after it bring their own fleets
 }

@@ -78,9 +78,9 @@ func run(ctx context.Context) error {
 		name string
 		fn   func(context.Context) error
 	}{
-		{"wake", b.wakes}, // first: it needs the queue to itself
+		{"alone", b.alone}, // first: one call at a time on a quiet server
+		{"wake", b.wakes},  // it needs the queue to itself
 		{"submit", b.submits},
-		{"alone", b.alone},
 		{"lifecycle", b.lifecycle},
 		{"pgbench", b.pgbench},
 		{"river", b.river},
