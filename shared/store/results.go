@@ -111,34 +111,35 @@ func lockRun(ctx context.Context, tx pgx.Tx, runID, nodeID string) (lockedRun, e
 	return r, nil
 }
 
-// reportStepSQL applies a report that changes its step only (started, a retry): the usual
-// half of all reports, and a fifth of the statement below to start up.
-const reportStepSQL = `
-/* report: step */
-WITH step AS (
+// reportStepUpdate writes the reported step; reportNextSteps are the steps the report made
+// runnable for the node, as it is told them. Both report statements share them.
+const (
+	reportStepUpdate = `
     UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
         message = @message::text, output = @output::text, epoch = @epoch::bigint,
         started_at = CASE WHEN @state::text = 'RUNNING' THEN now()
                           WHEN @state::text = 'PENDING' THEN NULL ELSE started_at END,
         finished_at = CASE WHEN @state::text IN ('PENDING', 'RUNNING') THEN NULL ELSE now() END
-    WHERE run_id = @run_id::text AND step_id = @step_id::text
-)
-SELECT 0::bigint,
+    WHERE run_id = @run_id::text AND step_id = @step_id::text`
+	reportNextSteps = `
        (SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
                 'state', 'PENDING', 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
           FROM steps WHERE run_id = @run_id::text AND step_id = ANY (@next::text[]))`
+)
+
+// reportStepSQL applies a report that changes its step only (started, a retry): the usual
+// half of all reports, and a fifth of the statement below to start up.
+const reportStepSQL = `
+/* report: step */
+WITH step AS (` + reportStepUpdate + `
+)
+SELECT 0::bigint,` + reportNextSteps
 
 // reportWriteSQL applies what Report decided, in one statement: the step, the dependents it
 // skips, the lease it releases, the settle.
 const reportWriteSQL = `
 /* report: write */
-WITH step AS (
-    UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
-        message = @message::text, output = @output::text, epoch = @epoch::bigint,
-        started_at = CASE WHEN @state::text = 'RUNNING' THEN now()
-                          WHEN @state::text = 'PENDING' THEN NULL ELSE started_at END,
-        finished_at = CASE WHEN @state::text IN ('PENDING', 'RUNNING') THEN NULL ELSE now() END
-    WHERE run_id = @run_id::text AND step_id = @step_id::text
+WITH step AS (` + reportStepUpdate + `
 ), skipped AS (
     UPDATE steps SET state = 'SKIPPED', finished_at = now()
     WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = 'PENDING'
@@ -156,10 +157,7 @@ WITH step AS (
     SELECT @run_id::text, @attempt::int, 'released', 'RUNNING', 'RUNNING', NULL, node_id
     FROM freed WHERE @settle::text = ''
 )
-SELECT (SELECT count(*) FROM freed),
-       (SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
-                'state', 'PENDING', 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
-          FROM steps WHERE run_id = @run_id::text AND step_id = ANY (@next::text[]))`
+SELECT (SELECT count(*) FROM freed),` + reportNextSteps
 
 // Report applies a node's report on one step (SPEC.md §5, Result), all in one transaction:
 // the step, the dependents of a failed step (SKIPPED), the node's lease once its steps are all

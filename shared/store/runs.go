@@ -216,12 +216,7 @@ const insertRunSQL = `
 /* submit: insert */
 WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
-    FROM unnest(@assign_roles::text[], @assign_nodes::text[]) AS a(role, node_id)
-    JOIN free_nodes f ON f.node_id = a.node_id
-    JOIN nodes n ON n.node_id = f.node_id
-    WHERE f.node_id = ANY (@assign_nodes::text[]) AND n.node_id = ANY (@assign_nodes::text[]) -- look up, never scan
-      AND n.advert_expires_at > now() AND NOT n.draining
-    FOR UPDATE OF f SKIP LOCKED
+    FROM unnest(@assign_roles::text[], @nodes::text[]) AS a(role, node_id)` + takeFreeNodes + `
 ), decided AS (
     SELECT CASE WHEN @state::text = 'RUNNING' AND (SELECT count(*) FROM avail) <> @width::int THEN 'QUEUED'
                 ELSE @state::text END AS state
@@ -376,7 +371,7 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 	}
 	stored := storedRun{reason: reason, assigned: assigned}
 	err = s.pool.QueryRow(ctx, insertRunSQL, named{
-		"assign_roles": aRoles, "assign_nodes": aNodes, "state": state, "width": len(run.Roles),
+		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles),
 		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,

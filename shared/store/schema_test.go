@@ -29,6 +29,21 @@ INSERT INTO leases (node_id, run_id, role, boot_id, expires_at) VALUES ('n1', 'r
 INSERT INTO run_events (run_id, attempt, kind, from_state, to_state) VALUES ('r1', 1, 'submitted', NULL, 'RUNNING');
 `
 
+// withFixture connects to a database of the test's own holding the fixture.
+func withFixture(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, fixture); err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	return conn
+}
+
 // TestConstraintsHaveNames breaks every rule of SPEC.md §3 that the schema holds, and checks
 // that PostgreSQL refuses it under the constraint's name — at the statement, or at COMMIT
 // for the deferred ones — and that the store translates it.
@@ -80,17 +95,9 @@ func TestConstraintsHaveNames(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, testdb.URL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, fixture); err != nil {
-				t.Fatalf("fixture: %v", err)
-			}
+			ctx, conn := context.Background(), withFixture(t)
 			// The breaking write and its COMMIT: whichever refuses it, the name must be right.
-			_, err = conn.Exec(ctx, "BEGIN; "+tc.sql+"; COMMIT")
+			_, err := conn.Exec(ctx, "BEGIN; "+tc.sql+"; COMMIT")
 			if err == nil {
 				t.Fatalf("PostgreSQL accepted it; want %s", tc.constraint)
 			}
@@ -143,15 +150,7 @@ func TestMigrationsRoundTrip(t *testing.T) {
 // still pointing at the run, that PostgreSQL refuses.
 func TestI2RefusedAtCommit(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, fixture); err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn := context.Background(), withFixture(t)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -213,15 +212,7 @@ func TestConnectionModes(t *testing.T) {
 // leaves. Each step runs in a transaction of its own that is rolled back, from the fixture.
 func TestFreeNodesFollowLeasesAndNodes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, fixture); err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn := context.Background(), withFixture(t)
 	free := func(q pgx.Tx) string {
 		t.Helper()
 		var ids string

@@ -110,6 +110,17 @@ const nextOfShapeSQL = `
 	  AND (r.created_at, r.run_id) > (@created_at::timestamptz, @run_id::text)
 	ORDER BY r.shape, r.created_at, r.run_id LIMIT 1`
 
+// takeFreeNodes follows a list a of chosen nodes (column node_id; @nodes lists them again, so
+// the plan looks them up and never scans the fleet) and holds those still free and live, by
+// their free_nodes rows, skipping any another writer is taking: see promoteSQL for why those
+// rows. A submit's placement and a promotion both take nodes through it.
+const takeFreeNodes = `
+    JOIN free_nodes f ON f.node_id = a.node_id
+    JOIN nodes n ON n.node_id = f.node_id
+    WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[])
+      AND n.advert_expires_at > now() AND NOT n.draining
+    FOR UPDATE OF f SKIP LOCKED`
+
 // promoteSQL is one promotion, in one statement and so one transaction: the conditional
 // update (I6), the leases (I1), the roles' node ids, the event.
 //
@@ -135,12 +146,7 @@ const promoteSQL = `
 /* wake: promote */
 WITH slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id
-    FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
-    JOIN free_nodes f ON f.node_id = a.node_id
-    JOIN nodes n ON n.node_id = f.node_id
-    WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) -- look up, never scan
-      AND n.advert_expires_at > now() AND NOT n.draining
-    FOR UPDATE OF f SKIP LOCKED
+    FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)` + takeFreeNodes + `
 ), pick AS (
     SELECT run_id, width FROM runs
     WHERE state = 'QUEUED' AND shape = @shape::text
@@ -170,7 +176,7 @@ WITH slot AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
     SELECT run_id, attempt, 'promoted', 'QUEUED', 'RUNNING' FROM run
 )
-SELECT (SELECT count(*) FROM slot) = cardinality(@nodes::text[]), run.run_id, run.created_at
+SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at
 FROM (SELECT 1) one LEFT JOIN run ON true`
 
 // head is a queued run the wake may place.
@@ -209,11 +215,13 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 		switch {
 		case Unreachable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return false, err
-		case outcome == nodesTaken || errors.Is(err, ErrNodeTaken):
+		case outcome == nodesTaken:
 			// Another wake or a submit is taking a planned node (and will use it), or it went:
 			// the same head, on the nodes left.
 			for _, node := range assigned {
-				free.remove(node)
+				if !slices.Contains(placed.had, node) {
+					free.remove(node)
+				}
 			}
 			heap.Push(&queue, h)
 			continue
@@ -228,7 +236,7 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 			continue
 		}
 		res.Promoted++
-		h = placed // go on behind the run actually placed
+		h = placed.head // go on behind the run actually placed
 		for _, node := range assigned {
 			free.remove(node)
 			res.Placed = append(res.Placed, node)
@@ -286,8 +294,9 @@ const (
 )
 
 // promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
-// roles. It returns the run it placed (h, or one behind it) and what became of it.
-func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (head, promoteOutcome, error) {
+// roles. It returns the run it placed (h, or one behind it), or the planned nodes it could
+// hold when they were not all free, and what became of it.
+func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (promotion, promoteOutcome, error) {
 	type slot struct{ need, role, node string }
 	slots := make([]slot, 0, len(assigned))
 	for _, r := range h.Roles {
@@ -305,25 +314,33 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 		needs[i], nodes[i] = sl.need, sl.node
 	}
 	var (
-		hadNodes  bool
+		had       []string
 		runID     *string
 		createdAt *time.Time
 	)
 	err := s.pool.QueryRow(ctx, promoteSQL, named{
 		"shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
 		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&hadNodes, &runID, &createdAt)
+	}).Scan(&had, &runID, &createdAt)
 	switch {
+	case errors.Is(translate(err), ErrNodeTaken):
+		return promotion{head: h}, nodesTaken, nil // a lease slipped in: take it as taken
 	case err != nil:
-		return h, runsTaken, translate(err)
-	case !hadNodes:
-		return h, nodesTaken, nil
+		return promotion{head: h}, runsTaken, translate(err)
+	case len(had) < len(nodes):
+		return promotion{head: h, had: had}, nodesTaken, nil
 	case runID == nil:
-		return h, runsTaken, nil
+		return promotion{head: h}, runsTaken, nil
 	}
 	placed := h
 	placed.RunID, placed.CreatedAt = *runID, *createdAt
-	return placed, promoted, nil
+	return promotion{head: placed}, promoted, nil
+}
+
+// promotion is the run a promotion placed (or meant to), and the planned nodes it held.
+type promotion struct {
+	head
+	had []string
 }
 
 func (s *Store) nextOfShape(ctx context.Context, h head, args named) (head, bool, error) {
