@@ -45,20 +45,20 @@ func (p *profiler) reset(ctx context.Context) {
 
 // serverReport prints where the server spent its execution time.
 func (p *profiler) serverReport(ctx context.Context) {
-	rows, err := p.pool.Query(ctx, `SELECT calls, total_exec_time, mean_exec_time, plans::float8 / greatest(calls, 1), shared_blks_hit + shared_blks_read,
+	rows, err := p.pool.Query(ctx, `SELECT calls, total_exec_time, mean_exec_time, plans::float8 / greatest(calls, 1), total_plan_time, shared_blks_hit + shared_blks_read,
 		left(regexp_replace(query, '\s+', ' ', 'g'), 90)
 		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
 	if err != nil {
 		return
 	}
 	defer rows.Close()
-	fmt.Println("  server side (calls, total exec, mean exec, buffers per call)")
+	fmt.Println("  server side (calls, total exec, mean exec, plans per call, total planning, buffers per call)")
 	for rows.Next() {
 		var calls, blks int64
-		var total, mean, plan float64
+		var total, mean, plan, planning float64
 		var q string
-		if rows.Scan(&calls, &total, &mean, &plan, &blks, &q) == nil {
-			fmt.Printf("    %6d %9.0fms %7.3fms plans/call %5.2f %7.0f  %s\n", calls, total, mean, plan, float64(blks)/float64(max(calls, 1)), q)
+		if rows.Scan(&calls, &total, &mean, &plan, &planning, &blks, &q) == nil {
+			fmt.Printf("    %6d %9.0fms %7.3fms plans/call %5.2f %7.0fms %7.0f  %s\n", calls, total, mean, plan, planning, float64(blks)/float64(max(calls, 1)), q)
 		}
 	}
 }

@@ -43,3 +43,9 @@ func SpreadSeed(runID string) float64 { return spreadSeed(runID) }
 
 // WalkFree is how far that walk goes each way.
 const WalkFree = walkFree
+
+// StartNodes and PerNeed bound what a sweep reads of a large set of free nodes.
+const (
+	StartNodes = startNodes
+	PerNeed    = perNeed
+)

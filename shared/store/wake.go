@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,10 +22,20 @@ type WakeResult struct {
 	// placed: then the wake costs one query, whatever the depth of the queue.
 	Walked int
 	Sweeps int
+	// NodesRead is how many available nodes the sweeps read: bounded per need of the queue's
+	// heads, however large the idle part of the fleet.
+	NodesRead int
 	// Placed are the nodes this wake leased, so a caller can hand a node it freed its next
 	// run without asking the database whether there is one.
 	Placed []string
 }
+
+// startNodes bounds the available nodes startSQL reads; perNeed is the least freeByNeedSQL
+// then reads per need.
+const (
+	startNodes = 128
+	perNeed    = 64
+)
 
 // maxSweeps bounds the fresh re-sweeps after a lost race. A race is only lost to another
 // writer that changed the fleet or the queue, and that writer wakes the queue itself after its
@@ -43,11 +54,19 @@ func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, e
 		return WakeResult{}, ErrLeaseTTL
 	}
 	var res WakeResult
-	for range maxSweeps {
+	for races := 0; races < maxSweeps; {
 		res.Sweeps++
-		raced, err := s.sweep(ctx, &res, prefer)
-		if err != nil || !raced {
+		before := res.Promoted
+		end, err := s.sweep(ctx, &res, prefer)
+		switch {
+		case err != nil:
 			return res, err
+		case end.partial && res.Promoted > before:
+			// It saw part of a large set of free nodes and used some: the rest may serve more.
+		case end.raced:
+			races++
+		default:
+			return res, nil
 		}
 	}
 	return res, nil
@@ -76,7 +95,13 @@ const headColumns = `r.run_id, r.shape, r.created_at,
 // and a node no head could use is no use to any queued run. (The wake used to read every
 // available node first: with a busy queue for one kind of board, every wake shipped the whole
 // idle rest of a lab to Go and matched it for nothing.)
-const startSQL = `
+//
+// It reads at most startNodes available nodes: while runs queue the fleet is mostly busy, so
+// that is all of them. Past that, freeByNeedSQL reads a bounded number per need instead.
+// (Unbounded, a head needing a board and a busy GPU shipped every idle board of the lab to Go
+// on every wake: 1,900 rows and 6,000 buffers a wake, during a burst of submits onto 2,000
+// boards.)
+var startSQL = `
 /* wake: start */
 WITH RECURSIVE shapes(shape) AS (
     (SELECT shape FROM runs WHERE state = 'QUEUED' ORDER BY shape LIMIT 1)
@@ -97,6 +122,7 @@ WITH RECURSIVE shapes(shape) AS (
     WHERE EXISTS (SELECT 1 FROM heads)
       AND n.advert_expires_at > now() AND NOT n.draining
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
+    LIMIT ` + strconv.Itoa(startNodes) + `
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.protected, h.roles, NULL::text[]
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
@@ -109,6 +135,23 @@ const nextOfShapeSQL = `
 	WHERE r.state = 'QUEUED' AND r.shape = @shape
 	  AND (r.created_at, r.run_id) > (@created_at::timestamptz, @run_id::text)
 	ORDER BY r.shape, r.created_at, r.run_id LIMIT 1`
+
+// freeByNeedSQL reads, when startSQL found more available nodes than it reads, up to @k
+// capable ones per need (a need is its labels joined by commas), and the nodes the caller
+// freed. With k at least the heads' widths added up, every head still finds its nodes, whatever
+// the heads before it took: a role with k candidates keeps one free (Hall's condition). The
+// view is partial, so a sweep that used some of it sweeps again.
+const freeByNeedSQL = `
+/* wake: free nodes by need */
+SELECT DISTINCT c.node_id, c.labels FROM (
+    SELECT c.node_id, c.labels FROM unnest(@needs::text[]) AS nd(need) CROSS JOIN LATERAL (
+        SELECT n.node_id, n.labels FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
+        WHERE n.labels @> string_to_array(nd.need, ',') AND n.advert_expires_at > now() AND NOT n.draining
+        LIMIT @k) c
+    UNION ALL
+    SELECT n.node_id, n.labels FROM nodes n JOIN free_nodes f ON f.node_id = n.node_id
+    WHERE n.node_id = ANY (@prefer::text[]) AND n.advert_expires_at > now() AND NOT n.draining
+) c`
 
 // takeFreeNodes follows a list a of chosen nodes (column node_id; @nodes lists them again, so
 // the plan looks them up and never scans the fleet) and holds those still free and live, by
@@ -188,13 +231,22 @@ type head struct {
 	Roles     []match.Role
 }
 
-// sweep walks the queue once over the nodes available when it starts. raced reports that a
-// promotion lost to another writer, so the caller sweeps again from fresh state.
-func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (raced bool, err error) {
-	starvation := named{"starvation": s.set.Starvation.Seconds()}
-	heads, avail, err := s.start(ctx, starvation)
+// sweepEnd says why a sweep may leave work for another: raced, a promotion lost to another
+// writer; partial, the sweep saw only part of the available nodes.
+type sweepEnd struct{ raced, partial bool }
+
+// sweep walks the queue once over the nodes available when it starts; the caller sweeps again
+// from fresh state when the end says so.
+func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (end sweepEnd, err error) {
+	args := named{"starvation": s.set.Starvation.Seconds()}
+	heads, avail, err := s.start(ctx, args)
+	res.NodesRead += len(avail)
+	if err == nil && len(avail) == startNodes {
+		avail, end.partial, err = s.freeByNeed(ctx, heads, prefer)
+		res.NodesRead += len(avail)
+	}
 	if err != nil || len(avail) == 0 {
-		return false, err
+		return sweepEnd{}, err
 	}
 	queue := headQueue(heads)
 	heap.Init(&queue)
@@ -214,7 +266,7 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 		placed, outcome, err := s.promote(ctx, h, assigned)
 		switch {
 		case Unreachable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			return false, err
+			return end, err
 		case outcome == nodesTaken:
 			// Another wake or a submit is taking a planned node (and will use it), or it went:
 			// the same head, on the nodes left.
@@ -229,7 +281,7 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 			// Every run of the shape from the head on is promoted or held by another writer,
 			// or this promotion failed (logged; the walk goes on with the other shapes).
 			// Nothing more of this shape in this sweep; a fresh sweep looks again.
-			raced = true
+			end.raced = true
 			if err != nil {
 				s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
 			}
@@ -244,24 +296,22 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (ra
 		if free.size() == 0 {
 			break
 		}
-		if next, ok, err := s.nextOfShape(ctx, h, starvation); err != nil {
-			return raced, err
+		if next, ok, err := s.nextOfShape(ctx, h, args); err != nil {
+			return end, err
 		} else if ok {
 			heap.Push(&queue, next)
 		}
 	}
-	return raced, nil
+	return end, nil
 }
 
 // start reads the heads and the available nodes that could serve them (startSQL).
-func (s *Store) start(ctx context.Context, args named) ([]head, []AvailableNode, error) {
+func (s *Store) start(ctx context.Context, args named) (heads []head, avail []AvailableNode, err error) {
 	rows, err := s.pool.Query(ctx, startSQL, args)
 	if err != nil {
 		return nil, nil, translate(err)
 	}
 	defer rows.Close()
-	var heads []head
-	var avail []AvailableNode
 	for rows.Next() {
 		var (
 			isHead    bool
@@ -282,6 +332,41 @@ func (s *Store) start(ctx context.Context, args named) ([]head, []AvailableNode,
 		}
 	}
 	return heads, avail, translate(rows.Err())
+}
+
+// freeByNeed reads the available nodes per need of the heads (freeByNeedSQL). partial: some
+// need may have more capable nodes than were read.
+func (s *Store) freeByNeed(ctx context.Context, heads []head, prefer []string) (avail []AvailableNode, partial bool, err error) {
+	var needs [][]string
+	k := 0
+	for _, h := range heads {
+		k += len(h.Roles)
+		for _, r := range h.Roles {
+			if !slices.ContainsFunc(needs, func(n []string) bool { return slices.Equal(n, r.Needs) }) {
+				needs = append(needs, r.Needs)
+			}
+		}
+	}
+	k = max(k, perNeed)
+	joined := make([]string, len(needs))
+	for i, n := range needs {
+		joined[i] = strings.Join(n, ",")
+	}
+	rows, err := s.pool.Query(ctx, freeByNeedSQL, named{"needs": joined, "k": k, "prefer": prefer})
+	if err != nil {
+		return nil, false, translate(err)
+	}
+	avail, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AvailableNode])
+	for _, n := range needs {
+		capable := 0
+		for _, a := range avail {
+			if match.Satisfies(a.Labels, n) {
+				capable++
+			}
+		}
+		partial = partial || capable >= k
+	}
+	return avail, partial, translate(err)
 }
 
 // promoteOutcome is what became of one promotion.

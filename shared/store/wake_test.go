@@ -273,3 +273,60 @@ func TestWakePlacesOnANodeWhoseHeartbeatIsInFlight(t *testing.T) {
 		t.Fatalf("wake beside an in-flight heartbeat: %+v", res)
 	}
 }
+
+// idleBoards adds n idle nodes labelled board, straight into the table: no wake follows.
+func idleBoards(env *apitest.Env, n int) {
+	env.Exec(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at)
+		SELECT 'board-' || i, '{board}', 'b1', now() + interval '1 hour' FROM generate_series(1, $1::int) i`, n)
+}
+
+// A head that needs a busy GPU beside a board must not make every wake read every idle board
+// of the lab: the wake reads a bounded view of them. (It read all 600 here, on every wake.)
+func TestWakeReadsABoundedViewOfALargeIdleFleet(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	idleBoards(env, 600)
+	wide := waiting("board-and-gpu", "board")
+	wide.Roles = []store.NewRole{{Name: "dut", Needs: []string{"board"}}, {Name: "host", Needs: []string{"gpu"}}}
+	wide.Steps = []store.NewStep{{ID: "s", Role: "dut", After: []string{}, Spec: []byte(`{}`)}}
+	if r := env.Submit(wide); r.Run.State != store.Queued {
+		t.Fatalf("a run needing a GPU no node has: %s", r.Run.State)
+	}
+	res := env.Wake()
+	if res.Promoted != 0 || res.NodesRead > store.StartNodes+2*store.PerNeed {
+		t.Fatalf("wake over 600 idle boards for a head that cannot go: %+v", res)
+	}
+}
+
+// A queue longer than the view one sweep reads is still placed whole, by further sweeps.
+func TestWakePlacesAQueueLongerThanItsView(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	const runs = 3 * store.StartNodes
+	for i := range runs {
+		env.Submit(waiting(fmt.Sprintf("q-%03d", i), "board"))
+	}
+	idleBoards(env, runs+100)
+	res := env.Wake()
+	if res.Promoted != runs || res.Sweeps < 2 || env.Count(`SELECT count(*) FROM runs WHERE state = 'QUEUED'`) != 0 {
+		t.Fatalf("wake of %d queued runs onto %d idle boards: %+v", runs, runs+100, res)
+	}
+	env.CheckInvariants()
+}
+
+// The node a caller freed gets the next run even when it lies outside the wake's bounded view,
+// so a result can hand its node straight on.
+func TestWakePlacesOnTheFreedNodeOutsideItsView(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Submit(waiting("next", "board"))
+	idleBoards(env, 2*store.StartNodes)
+	env.Exec(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at) VALUES ('freed', '{board}', 'b1', now() + interval '1 hour')`)
+	res, err := env.Store.WakeQueued(context.Background(), "freed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Promoted != 1 || len(res.Placed) != 1 || res.Placed[0] != "freed" {
+		t.Fatalf("wake preferring the freed node: %+v", res)
+	}
+}
