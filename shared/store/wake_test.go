@@ -330,3 +330,25 @@ func TestWakePlacesOnTheFreedNodeOutsideItsView(t *testing.T) {
 		t.Fatalf("wake preferring the freed node: %+v", res)
 	}
 }
+
+// The wake's first statement runs on every handler call; it takes no parameters, so each
+// connection plans it once and keeps that plan. (With the starvation bound as a parameter,
+// PostgreSQL planned it afresh on many calls: 0.8 ms of planning for 0.15 ms of work.)
+func TestWakeStartKeepsOnePlan(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.PoolSize(1))
+	env.Heartbeat("A", "b1", false, "board")
+	env.Submit(apitest.NewRun("hold", "board"))
+	env.Submit(apitest.NewRun("queued", "board"))
+	for range 8 {
+		env.Wake()
+	}
+	var generic, custom int
+	if err := env.Store.Pool().QueryRow(context.Background(), `SELECT generic_plans, custom_plans
+		FROM pg_prepared_statements WHERE statement LIKE '%/* wake: start */%'`).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if custom != 0 || generic < 8 {
+		t.Fatalf("wake start: %d custom plans, %d runs of the generic plan", custom, generic)
+	}
+}
