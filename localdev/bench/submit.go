@@ -36,7 +36,7 @@ func (b *bench) submits(ctx context.Context) error {
 	b.rate("submit 201", rate)
 	title := "submit → 201 RUNNING (8 clients)"
 	if queuedToo > 0 {
-		title = fmt.Sprintf("submit → 201 RUNNING (8 clients; %d of %d queued, 202, behind a run that lost its board to a concurrent submit, and were placed by the wake)", queuedToo, n)
+		title = fmt.Sprintf("submit → 201 RUNNING (8 clients; %d of %d answered 202: queued on losing a board to a concurrent submit, or behind one that did, then placed by the wake)", queuedToo, n)
 	}
 	b.add(latencyRow(title, perSec(rate, "runs")+", "+cpuPer(cpu, int64(n)), placed,
 		verdict(placed.pct(0.99) < 6*time.Millisecond, "p99 < 6 ms")))

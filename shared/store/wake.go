@@ -33,7 +33,7 @@ type WakeResult struct {
 // startNodes bounds the available nodes startSQL reads; perNeed is the least freeByNeedSQL
 // then reads per need.
 const (
-	startNodes = 128
+	startNodes = 32
 	perNeed    = 64
 )
 
@@ -48,7 +48,8 @@ const maxSweeps = 4
 // each a conditional update, so concurrent wakes are harmless and a failure never undoes an
 // earlier promotion. It runs inline, after the caller's commit; it starts no goroutine.
 //
-// prefer names nodes the caller just freed: among equally good nodes they are placed on first.
+// prefer names nodes the caller just freed: among equally good nodes it reads, they are placed
+// on first.
 func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return WakeResult{}, ErrLeaseTTL
@@ -97,10 +98,10 @@ const headColumns = `r.run_id, r.shape, r.created_at,
 // idle rest of a lab to Go and matched it for nothing.)
 //
 // It reads at most startNodes available nodes: while runs queue the fleet is mostly busy, so
-// that is all of them. Past that, freeByNeedSQL reads a bounded number per need instead.
-// (Unbounded, a head needing a board and a busy GPU shipped every idle board of the lab to Go
-// on every wake: 1,900 rows and 6,000 buffers a wake, during a burst of submits onto 2,000
-// boards.)
+// that is all of them; past that, a sweep places what it can on those, and sweeps again (see
+// sweep). (Unbounded, a burst of submits onto 2,000 idle boards shipped every idle board to
+// Go on every wake, 1,900 rows and 6,000 buffers, and so did every wake while a head waited
+// for a busy GPU beside a board.)
 var startSQL = `
 /* wake: start */
 WITH RECURSIVE shapes(shape) AS (
@@ -145,22 +146,21 @@ const nextOfShapeSQL = `
 	  AND (r.created_at, r.run_id) > (@created_at::timestamptz, @run_id::text)
 	ORDER BY r.shape, r.created_at, r.run_id LIMIT 1`
 
-// freeByNeedSQL reads, when startSQL found more available nodes than it reads, up to @k
-// capable ones per need (a need is its labels joined by commas), and the nodes the caller
-// freed. With k at least the heads' widths added up, every head still finds its nodes, whatever
-// the heads before it took: a role with k candidates keeps one free (Hall's condition). The
-// view is partial, so a sweep that used some of it sweeps again.
+// freeByNeedSQL reads up to @k available nodes per need (a need is its labels joined by
+// commas). With k at least the heads' widths added up, every head finds its nodes, whatever the
+// heads before it took: a role with k candidates keeps one free (Hall's condition). The nodes
+// are found by their labels (nodes_labels) and then checked free, each need's labels split
+// once (OFFSET 0), not once per node.
 const freeByNeedSQL = `
 /* wake: free nodes by need */
-SELECT DISTINCT c.node_id, c.labels FROM (
-    SELECT c.node_id, c.labels FROM unnest(@needs::text[]) AS nd(need) CROSS JOIN LATERAL (
-        SELECT n.node_id, n.labels FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
-        WHERE n.labels @> string_to_array(nd.need, ',') AND n.advert_expires_at > now() AND NOT n.draining
-        LIMIT @k) c
-    UNION ALL
-    SELECT n.node_id, n.labels FROM nodes n JOIN free_nodes f ON f.node_id = n.node_id
-    WHERE n.node_id = ANY (@prefer::text[]) AND n.advert_expires_at > now() AND NOT n.draining
-) c`
+SELECT DISTINCT c.node_id, c.labels
+FROM unnest(@needs::text[]) AS nd(need)
+CROSS JOIN LATERAL (SELECT string_to_array(nd.need, ',') AS labels OFFSET 0) want
+CROSS JOIN LATERAL (
+    SELECT n.node_id, n.labels FROM nodes n
+    WHERE n.labels @> want.labels AND n.advert_expires_at > now() AND NOT n.draining
+      AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id)
+    LIMIT @k) c`
 
 // takeFreeNodes follows a list a of chosen nodes (column node_id; @nodes lists them again, so
 // the plan looks them up and never scans the fleet) and holds those still free and live, by
@@ -241,30 +241,47 @@ type head struct {
 }
 
 // sweepEnd says why a sweep may leave work for another: raced, a promotion lost to another
-// writer; partial, the sweep saw only part of the available nodes.
-type sweepEnd struct{ raced, partial bool }
+// writer; partial, the sweep saw only part of the available nodes; unmet, some head found no
+// nodes among those it saw.
+type sweepEnd struct{ raced, partial, unmet bool }
 
 // sweep walks the queue once over the nodes available when it starts; the caller sweeps again
-// from fresh state when the end says so.
-func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (end sweepEnd, err error) {
-	args := named{"starvation": s.set.Starvation.Seconds()}
+// from fresh state when the end says so. When it saw only startNodes of the available nodes,
+// placed nothing, and a head found no nodes among them, it reads the nodes per need of the
+// heads and walks again: a head needing a rare label must not wait behind a crowd of others.
+func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (sweepEnd, error) {
 	heads, avail, err := s.start(ctx)
 	res.NodesRead += len(avail)
-	if err == nil && len(avail) == startNodes {
-		avail, end.partial, err = s.freeByNeed(ctx, heads, prefer)
-		res.NodesRead += len(avail)
-	}
 	if err != nil || len(avail) == 0 {
 		return sweepEnd{}, err
 	}
-	queue := headQueue(heads)
+	before := res.Promoted
+	end, err := s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer})
+	end.partial = len(avail) == startNodes
+	if err != nil || !end.partial || !end.unmet || res.Promoted > before {
+		return end, err
+	}
+	avail, partial, err := s.freeByNeed(ctx, heads)
+	res.NodesRead += len(avail)
+	if err != nil {
+		return end, err
+	}
+	end, err = s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer})
+	end.partial = partial
+	return end, err
+}
+
+// walk places the heads, in arrival order, and the runs behind them, on the free nodes.
+func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *nodeSet) (end sweepEnd, err error) {
+	args := named{"starvation": s.set.Starvation.Seconds()}
+	queue := headQueue(slices.Clone(heads))
 	heap.Init(&queue)
-	free := &nodeSet{list: avail, prefer: prefer}
 	for queue.Len() > 0 && free.size() > 0 {
 		h := heap.Pop(&queue).(head)
 		res.Walked++
 		assigned, unmet := match.Assign(h.Roles, free.nodes(), h.RunID)
 		if len(unmet) > 0 {
+			end.unmet = true
 			if h.Protected {
 				// No younger run may take a node this run could use: it keeps waiting for
 				// the rest, and the narrow runs flow through the other nodes.
@@ -345,7 +362,7 @@ func (s *Store) start(ctx context.Context) (heads []head, avail []AvailableNode,
 
 // freeByNeed reads the available nodes per need of the heads (freeByNeedSQL). partial: some
 // need may have more capable nodes than were read.
-func (s *Store) freeByNeed(ctx context.Context, heads []head, prefer []string) (avail []AvailableNode, partial bool, err error) {
+func (s *Store) freeByNeed(ctx context.Context, heads []head) (avail []AvailableNode, partial bool, err error) {
 	var needs [][]string
 	k := 0
 	for _, h := range heads {
@@ -361,7 +378,7 @@ func (s *Store) freeByNeed(ctx context.Context, heads []head, prefer []string) (
 	for i, n := range needs {
 		joined[i] = strings.Join(n, ",")
 	}
-	rows, err := s.pool.Query(ctx, freeByNeedSQL, named{"needs": joined, "k": k, "prefer": prefer})
+	rows, err := s.pool.Query(ctx, freeByNeedSQL, named{"needs": joined, "k": k})
 	if err != nil {
 		return nil, false, translate(err)
 	}
