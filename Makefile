@@ -23,7 +23,7 @@ stress: ## the concurrent stress test at its long size (make test runs it at CI 
 	@status=0; $(GO) test -count=1 -timeout 30m -run 'TestStress' ./localdev/stress/ -long -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|stress_test' || status=$$?; \
 	$(LOCAL) stop test >/dev/null 2>&1 || true; exit $$status
 
-bench: ## throughput, latency and wake cost beside pgbench and River, on a throwaway PostgreSQL (~5 min); table in localdev/bench/out/
+bench: ## throughput, latency and wake cost beside pgbench and River, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/
 	@status=0; (cd localdev/bench && $(GO) run . -out out) || status=$$?; \
 	$(LOCAL) stop bench >/dev/null 2>&1 || true; exit $$status
 
