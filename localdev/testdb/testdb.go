@@ -82,15 +82,14 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	template, err = ensureTemplate(ctx)
+	template, err = ensureTemplate(ctx, "tpl_"+schemaHash())
 	return err
 }
 
 // ensureTemplate builds the template for the current migrations once per schema: its name
 // carries a hash of the migration files, and it is built under a private name and renamed,
 // so parallel test binaries never clone a half-migrated template.
-func ensureTemplate(ctx context.Context) (string, error) {
-	name := "tpl_" + schemaHash()
+func ensureTemplate(ctx context.Context, name string) (string, error) {
 	var exists bool
 	if err := admin(ctx, func(c *pgx.Conn) error {
 		return c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists)
@@ -120,8 +119,11 @@ func ensureTemplate(ctx context.Context) (string, error) {
 		_, err := c.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s RENAME TO %s`, building, name))
 		return err
 	})
+	// Another binary won: duplicate_database when its rename had committed before ours began,
+	// unique_violation on pg_database's name when the two renames ran at once (a clean
+	// clone's first `make test` lost a package to that).
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "42P04" { // duplicate_database: another binary won
+	if errors.As(err, &pg) && (pg.Code == "42P04" || pg.Code == "23505") {
 		_ = admin(ctx, func(c *pgx.Conn) error {
 			_, err := c.Exec(ctx, `DROP DATABASE IF EXISTS `+building)
 			return err
