@@ -121,21 +121,6 @@ const leaseStepsSQL = `(SELECT coalesce(json_agg(json_build_object(
      FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = lease.role
      WHERE r.run_id = lease.run_id AND s.state IN ('PENDING', 'RUNNING'))`
 
-// heartbeatQuietSQL answers a heartbeat with nothing to write — the same advert, its
-// renewal and its lease's less than renewSlack old, no lease under another boot — with a
-// plain read: nothing locked, nothing to commit. No row means something is due: the caller
-// runs heartbeatSQL.
-const heartbeatQuietSQL = `
-/* heartbeat: nothing due */
-SELECT n.node_id, n.labels, n.boot_id, n.draining, n.last_seen_at, lease.run_id, lease.epoch, lease.expires_at,
-    ` + leaseStepsSQL + `
-FROM nodes n LEFT JOIN leases lease ON lease.node_id = n.node_id
-WHERE n.node_id = @node_id::text AND n.boot_id = @boot_id::text AND n.labels = @labels::text[]
-  AND n.draining = @draining::bool
-  AND n.advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
-  AND (lease.node_id IS NULL OR (lease.boot_id = @boot_id::text
-       AND lease.expires_at >= now() + (@lease_ttl::float8 - @slack::float8) * interval '1 second'))`
-
 // nodeWorkSQL is the lease a node holds under its boot, and the steps it gives.
 const nodeWorkSQL = `
 /* node work */
@@ -156,9 +141,6 @@ func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResu
 	args := named{
 		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
-	}
-	if res, ok, err := s.quietHeartbeat(ctx, args); ok || err != nil {
-		return res, err
 	}
 	var err error
 	for range 4 {
@@ -219,34 +201,6 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 		return nil
 	})
 	return res, err
-}
-
-// quietHeartbeat answers from a read when nothing is due; ok is false when something is.
-func (s *Store) quietHeartbeat(ctx context.Context, args named) (HeartbeatResult, bool, error) {
-	var (
-		res       HeartbeatResult
-		runID     *string
-		epoch     *int64
-		expiresAt *time.Time
-	)
-	n := &res.Node
-	err := s.pool.QueryRow(ctx, heartbeatQuietSQL, args).Scan(&n.NodeID, &n.Labels, &n.BootID, &n.Draining,
-		&n.LastSeenAt, &runID, &epoch, &expiresAt, &res.Steps)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return res, false, nil
-	}
-	if err != nil {
-		return res, false, translate(err)
-	}
-	n.State = "idle"
-	if n.Draining {
-		n.State = "draining"
-	}
-	if runID != nil {
-		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
-		n.State = "leased"
-	}
-	return res, true, nil
 }
 
 // NodeWork is the lease a node holds under bootID and the steps it gives (nil when none): what
