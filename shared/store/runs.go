@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,20 +102,18 @@ func (s *Store) DryRun(ctx context.Context, run NewRun) (Verdict, error) {
 // caches serves every label: with the limit as a parameter it judged no cached plan good
 // enough and planned the statement afresh on every submit, and that took longer than running
 // it; a plan cached for a rare label scanned the labels index for a common one.
+//
+// Each width's text is built on first use and kept: built for every width at package init,
+// they cost every function's cold start about 16 ms, and only submit uses them.
 func candidatesSQL(width int) string {
-	if width < len(candidatesByWidth) {
-		return candidatesByWidth[width]
+	if sql, ok := candidatesByWidth.Load(width); ok {
+		return sql.(string)
 	}
-	return buildCandidatesSQL(width)
+	sql, _ := candidatesByWidth.LoadOrStore(width, buildCandidatesSQL(width))
+	return sql.(string)
 }
 
-var candidatesByWidth = func() []string {
-	out := make([]string, 65)
-	for w := 1; w < len(out); w++ {
-		out[w] = buildCandidatesSQL(w)
-	}
-	return out
-}()
+var candidatesByWidth sync.Map // width → candidatesSQL(width)
 
 // walkFree bounds the walk along free_nodes, each way.
 const walkFree = 64
