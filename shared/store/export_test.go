@@ -49,3 +49,10 @@ const (
 	StartNodes = startNodes
 	PerNeed    = perNeed
 )
+
+// InsertPlaced stores run RUNNING on the nodes assigned, as Submit does after a match that
+// found them free and nothing queued: a test can queue another run in between.
+func (s *Store) InsertPlaced(ctx context.Context, run NewRun, assigned map[string]string) (string, error) {
+	stored, err := s.insertRun(ctx, run, Running, "", assigned)
+	return stored.state, err
+}

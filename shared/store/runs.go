@@ -217,7 +217,8 @@ WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @nodes::text[]) AS a(role, node_id)` + takeFreeNodes + `
 ), decided AS (
-    SELECT CASE WHEN @state::text = 'RUNNING' AND (SELECT count(*) FROM avail) <> @width::int THEN 'QUEUED'
+    SELECT CASE WHEN @state::text = 'RUNNING' AND ((SELECT count(*) FROM avail) <> @width::int
+                     OR EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')) THEN 'QUEUED'
                 ELSE @state::text END AS state
 ), run AS (
     INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, max_attempts,
@@ -267,7 +268,7 @@ FROM run`
 // A new run is placed directly only when nothing is queued. Otherwise it joins the queue and
 // the caller's wake decides, in arrival order: placing it directly would let it overtake older
 // runs waiting for the same nodes, and would walk straight past a starving wide run's
-// reservation.
+// reservation. The insert checks that again itself: a run queued after the match is seen.
 func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return SubmitResult{}, ErrLeaseTTL

@@ -352,3 +352,35 @@ func TestWakeStartKeepsOnePlan(t *testing.T) {
 		t.Fatalf("wake start: %d custom plans, %d runs of the generic plan", custom, generic)
 	}
 }
+
+// A run queued between a submit's match and its insert is not overtaken: the insert sees the
+// queue and stores the new run QUEUED too, holding nothing, and the wake decides.
+func TestSubmitDoesNotOvertakeARunQueuedAfterItsMatch(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	env.Heartbeat("B", "b1", false, "board")
+	env.Submit(apitest.NewRun("hold", "board")) // one of the two boards
+	env.Exec(`UPDATE nodes SET draining = true WHERE node_id <> (SELECT node_id FROM leases)`)
+	if r := env.Submit(apitest.NewRun("older", "board")); r.Run.State != store.Queued {
+		t.Fatalf("older, with both boards taken or draining: %s", r.Run.State)
+	}
+	env.Exec(`UPDATE nodes SET draining = false`)
+	ctx := context.Background()
+	var free string
+	if err := env.Store.Pool().QueryRow(ctx, `SELECT node_id FROM free_nodes`).Scan(&free); err != nil {
+		t.Fatal(err)
+	}
+	state, err := env.Store.InsertPlaced(ctx, apitest.NewRun("younger", "board"), map[string]string{"main": free})
+	if err != nil || state != store.Queued {
+		t.Fatalf("younger, matched before older queued: %s, %v", state, err)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases WHERE run_id = 'younger'`); n != 0 {
+		t.Fatalf("younger holds %d leases", n)
+	}
+	env.Wake()
+	if env.State("older") != store.Running || env.State("younger") != store.Queued {
+		t.Fatalf("after the wake: older %s, younger %s", env.State("older"), env.State("younger"))
+	}
+	env.CheckInvariants()
+}
