@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 
 	"mediator/shared/auth"
@@ -38,13 +37,6 @@ func cancel(c *call) (reply, error) {
 		return reply{}, problem.New(problem.Forbidden, "only an admin may force a cancel")
 	}
 	res, err := c.d.Store.Cancel(c.ctx, store.CancelParams{RunID: runID, Viewer: c.viewer(), Reason: reason, Force: force})
-	if errors.Is(err, store.ErrRunNotLive) {
-		p := problem.New(problem.RunNotLive, "the run has already finished")
-		if run, err := c.d.Store.GetRun(c.ctx, runID, c.viewer()); err == nil {
-			p.Run = run
-		}
-		return reply{}, p
-	}
 	if err != nil {
 		return reply{}, err
 	}

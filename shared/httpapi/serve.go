@@ -121,7 +121,11 @@ func (c *call) toProblem(err error) *problem.Problem {
 	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			return problem.New(e.code, "")
+			p := problem.New(e.code, "")
+			if ended := (*store.RunNotLiveError)(nil); errors.As(err, &ended) {
+				p.Run = ended.Run
+			}
+			return p
 		}
 	}
 	// Anything else is ours to fix, and its text may name SQL: it goes to the log only.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,7 +26,8 @@ type CancelResult struct {
 
 // cancelWriteSQL records a cooperative cancel: the intent (the first one is kept), every step
 // not started yet cancelled, the nodes with nothing left running released, and the run settled
-// if nothing is running at all. One statement, after the run's row is locked.
+// if nothing is running at all. One statement, after the run's row is locked; the steps and
+// leases are written only if the run is still RUNNING as it decided (I7).
 const cancelWriteSQL = `
 WITH run AS (
     UPDATE runs SET cancel_requested_at = coalesce(cancel_requested_at, now()),
@@ -38,9 +40,10 @@ WITH run AS (
     RETURNING attempt
 ), pending AS (
     UPDATE steps SET state = 'CANCELLED', finished_at = now()
-    WHERE run_id = @run_id::text AND state = 'PENDING'
+    WHERE run_id = @run_id::text AND state = 'PENDING' AND EXISTS (SELECT 1 FROM run)
 ), freed AS (
     DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::bool)
+      AND EXISTS (SELECT 1 FROM run)
     RETURNING node_id
 ), event AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
@@ -53,8 +56,8 @@ WITH run AS (
 SELECT count(*) FROM freed`
 
 // Cancel cancels a run (SPEC.md §5, Cancel): a QUEUED run at once; a RUNNING one cooperatively
-// — or at once with Force. A finished run is ErrRunNotLive, and a run the viewer may not see is
-// ErrNotFound. The caller wakes the queue when something was released.
+// — or at once with Force. A finished run is a *RunNotLiveError carrying it, and a run the
+// viewer may not see is ErrNotFound. The caller wakes the queue when something was released.
 func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
 	var res CancelResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -68,11 +71,18 @@ func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error
 		res, err = cancelLocked(ctx, tx, lr, p)
 		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrRunNotLive) {
 		return res, err
 	}
-	res.Run, err = s.GetRun(ctx, p.RunID, Viewer{Admin: true})
-	return res, err
+	run, readErr := s.GetRun(ctx, p.RunID, Viewer{Admin: true})
+	if err != nil { // not live: say how it ended
+		if readErr == nil {
+			err = &RunNotLiveError{Run: run}
+		}
+		return res, err
+	}
+	res.Run = run
+	return res, readErr
 }
 
 func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) (CancelResult, error) {

@@ -31,6 +31,12 @@ var (
 	ErrRetry = errors.New("store: transient conflict")
 )
 
+// RunNotLiveError is ErrRunNotLive with the run as it ended, which the answer carries.
+type RunNotLiveError struct{ Run Run }
+
+func (e *RunNotLiveError) Error() string { return ErrRunNotLive.Error() }
+func (e *RunNotLiveError) Unwrap() error { return ErrRunNotLive }
+
 // ConstraintError is a write PostgreSQL refused, with the name of the constraint that did so.
 type ConstraintError struct {
 	Constraint string
