@@ -56,3 +56,14 @@ func (s *Store) InsertPlaced(ctx context.Context, run NewRun, assigned map[strin
 	stored, err := s.insertRun(ctx, run, Running, "", assigned)
 	return stored.state, err
 }
+
+// ReportAfter applies a report decided from the run as read before sql ran in the same
+// transaction: as if the lock had not kept what the report was decided from.
+func (s *Store) ReportAfter(ctx context.Context, p ReportParams, sql string) (ReportResult, error) {
+	var lr lockedRun
+	var res ReportResult
+	err := s.pipelinedTx(ctx,
+		func(b *pgx.Batch) { queueLockRun(b, p.RunID, p.NodeID, &lr); b.Queue(sql) },
+		func(b *pgx.Batch) error { return planReport(lr, p, b, &res) })
+	return res, err
+}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"mediator/localdev/apitest"
@@ -65,4 +66,35 @@ func waitForLockWaiter(t *testing.T, env *apitest.Env) {
 		}
 	}
 	t.Fatal("no writer ever waited for the run's lock")
+}
+
+// A report's write re-checks in its own WHERE the step state and the lease it was decided
+// from (I7): should the lease change under a decided report, it writes nothing at all.
+func TestReportWriteRechecksItsLease(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	env.Submit(apitest.NewRun("r", "board"))
+	epoch := env.Epoch("A")
+	for _, status := range []string{store.ReportStarted, store.ReportSucceeded} {
+		if status == store.ReportSucceeded {
+			if resp := env.Report("A", "b1", epoch, "r", "s1", "started"); resp.Status != 200 {
+				t.Fatal(resp)
+			}
+		}
+		events := env.Count(`SELECT count(*) FROM run_events`)
+		_, err := env.Store.ReportAfter(context.Background(), store.ReportParams{RunID: "r", StepID: "s1", NodeID: "A",
+			BootID: "b1", Epoch: epoch, Status: status}, `UPDATE leases SET epoch = epoch + 1000000`)
+		if !errors.Is(err, store.ErrStaleAssignment) {
+			t.Fatalf("%s under a lease that changed after the decision: %v", status, err)
+		}
+		env.Exec(`UPDATE leases SET epoch = epoch - 1000000`)
+		want := map[string]string{store.ReportStarted: store.Pending, store.ReportSucceeded: store.Running}[status]
+		if n := env.Count(`SELECT count(*) FROM steps WHERE step_id = 's1' AND state = $1`, want); n != 1 ||
+			env.State("r") != store.Running || env.Count(`SELECT count(*) FROM leases`) != 1 ||
+			env.Count(`SELECT count(*) FROM run_events`) != events {
+			t.Fatalf("%s refused, yet something was written", status)
+		}
+	}
+	env.CheckInvariants()
 }

@@ -30,8 +30,6 @@ type ReportParams struct {
 type ReportResult struct {
 	StepState string // the step's state now
 	RunState  string // the run's state now
-	Changed   bool   // false: the same report again, nothing to do
-	Rollback  bool   // a failed step with retries left went back to PENDING: nothing freed
 	Released  int    // leases released (partial release, or the settle)
 	Settled   string // the run's final state, when this report settled it
 	// Next are the node's steps of this run that it may start now, so it can go on without
@@ -113,6 +111,11 @@ func lockRun(ctx context.Context, tx pgx.Tx, runID, nodeID string) (lockedRun, e
 
 // reportStepUpdate writes the reported step; reportNextSteps are the steps the report made
 // runnable for the node, as it is told them. Both report statements share them.
+//
+// The update re-checks what the report was decided from (I7): the step's state, and the lease
+// the report is fenced by. The run's row lock already keeps both as read; if the update ever
+// finds otherwise, it writes nothing, nor does anything gated on it, and Report answers
+// ErrStaleAssignment.
 const (
 	reportStepUpdate = `
     UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
@@ -120,7 +123,10 @@ const (
         started_at = CASE WHEN @state::text = 'RUNNING' THEN now()
                           WHEN @state::text = 'PENDING' THEN NULL ELSE started_at END,
         finished_at = CASE WHEN @state::text IN ('PENDING', 'RUNNING') THEN NULL ELSE now() END
-    WHERE run_id = @run_id::text AND step_id = @step_id::text`
+    WHERE run_id = @run_id::text AND step_id = @step_id::text AND state = @prev::text
+      AND EXISTS (SELECT 1 FROM leases l WHERE l.node_id = @node_id::text AND l.run_id = @run_id::text
+                  AND l.epoch = @epoch::bigint AND l.boot_id = @boot_id::text AND l.role = @role::text)
+    RETURNING step_id`
 	reportNextSteps = `
        (SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
                 'state', 'PENDING', 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
@@ -133,7 +139,7 @@ const reportStepSQL = `
 /* report: step */
 WITH step AS (` + reportStepUpdate + `
 )
-SELECT 0::bigint,` + reportNextSteps
+SELECT (SELECT count(*) FROM step), 0::bigint,` + reportNextSteps
 
 // reportWriteSQL applies what Report decided, in one statement: the step, the dependents it
 // skips, the lease it releases, the settle.
@@ -143,12 +149,14 @@ WITH step AS (` + reportStepUpdate + `
 ), skipped AS (
     UPDATE steps SET state = 'SKIPPED', finished_at = now()
     WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = 'PENDING'
+      AND EXISTS (SELECT 1 FROM step)
 ), freed AS (
     DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
+      AND EXISTS (SELECT 1 FROM step)
     RETURNING node_id
 ), settled AS (
     UPDATE runs SET state = @settle::text, reason = @reason::text, finished_at = now(), deadline_at = NULL
-    WHERE run_id = @run_id::text AND @settle::text <> '' AND state = 'RUNNING'
+    WHERE run_id = @run_id::text AND @settle::text <> '' AND state = 'RUNNING' AND EXISTS (SELECT 1 FROM step)
     RETURNING attempt
 ), event AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
@@ -157,12 +165,12 @@ WITH step AS (` + reportStepUpdate + `
     SELECT @run_id::text, @attempt::int, 'released', 'RUNNING', 'RUNNING', NULL, node_id
     FROM freed WHERE @settle::text = ''
 )
-SELECT (SELECT count(*) FROM freed),` + reportNextSteps
+SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed),` + reportNextSteps
 
 // Report applies a node's report on one step (SPEC.md §5, Result), all in one transaction:
 // the step, the dependents of a failed step (SKIPPED), the node's lease once its steps are all
 // final (partial release), and the run once every step is (settle). The caller wakes the
-// queue after it, unless the report was a rollback.
+// queue after it when the report released a lease.
 func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error) {
 	var lr lockedRun
 	var res ReportResult
@@ -202,7 +210,7 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 	if err != nil {
 		return err
 	}
-	*res = ReportResult{StepState: d.state, RunState: runState, Changed: true, Rollback: d.state == Pending, Settled: d.settle}
+	*res = ReportResult{StepState: d.state, RunState: runState, Settled: d.settle}
 	if d.settle != "" {
 		res.RunState = d.settle
 	}
@@ -215,7 +223,17 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
 		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
 		"attempt": attempt, "next": d.next(st.Role),
-	}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.Released, &res.Next) })
+		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role,
+	}).QueryRow(func(row pgx.Row) error {
+		var wrote int
+		if err := row.Scan(&wrote, &res.Released, &res.Next); err != nil {
+			return err
+		}
+		if wrote == 0 {
+			return ErrStaleAssignment // the step or the lease was not as decided: nothing written
+		}
+		return nil
+	})
 	return nil
 }
 
