@@ -18,6 +18,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"mediator/localdev/localpg"
 )
 
 // pgbench measures what the same server does with the simplest transactions there are:
@@ -55,11 +57,12 @@ func pgbenchBinary() (string, error) {
 	if p, err := exec.LookPath("pgbench"); err == nil {
 		return p, nil
 	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
-	if len(matches) == 0 {
-		return "", fmt.Errorf("pgbench not found (it comes with the PostgreSQL client package)")
+	// Beside the server a local cluster runs from: a glob's last match put 9.6 after 17.
+	dir, err := localpg.BinDir()
+	if err != nil {
+		return "", fmt.Errorf("pgbench not found (it comes with the PostgreSQL server package): %w", err)
 	}
-	return matches[len(matches)-1], nil
+	return filepath.Join(dir, "pgbench"), nil
 }
 
 // database creates (afresh) a database on the benchmark's server and returns its URL.

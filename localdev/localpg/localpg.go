@@ -52,7 +52,7 @@ func Ensure(ctx context.Context, opts Options) (*Server, error) {
 	if url := os.Getenv("DATABASE_URL"); url != "" {
 		return &Server{URL: url, External: true}, nil
 	}
-	bin, err := findBinaries()
+	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func StopDir(ctx context.Context, dir string) error {
 	if os.Getenv("DATABASE_URL") != "" {
 		return nil
 	}
-	bin, err := findBinaries()
+	bin, err := BinDir()
 	if err != nil {
 		return nil // nothing installed, so nothing of ours is running
 	}
@@ -191,8 +191,9 @@ func urlFor(port int) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 }
 
-// findBinaries looks on PATH, then in Debian's versioned folders, newest first.
-func findBinaries() (string, error) {
+// BinDir is the folder of the PostgreSQL server binaries a local cluster runs from: on PATH,
+// else Debian's versioned folders, newest first.
+func BinDir() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			p = real
