@@ -24,3 +24,6 @@ func Latest() uint {
 	}
 	return latest
 }
+
+// Behind says whether a database at version, dirty or not, lacks what this build needs.
+func Behind(version uint, dirty bool) bool { return dirty || version < Latest() }

@@ -63,14 +63,6 @@ func URL(t testing.TB) string {
 	return withDatabase(server.URL, name)
 }
 
-// Server is the administrative URL of the test server (database postgres), for tests that
-// need to act on it directly (pg_terminate_backend).
-func Server(t testing.TB) string {
-	t.Helper()
-	URL(t)
-	return server.URL
-}
-
 func setup() error {
 	dir, err := localpg.ClusterDir("test")
 	if err != nil {

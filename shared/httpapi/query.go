@@ -34,7 +34,7 @@ func healthz(c *call) (reply, error) {
 		return reply{}, err
 	}
 	body := map[string]any{"status": "ok", "schema_version": version, "expected_schema_version": migrations.Latest()}
-	if dirty || version < migrations.Latest() {
+	if migrations.Behind(version, dirty) {
 		body["status"] = "schema behind: run the migrate function"
 		return reply{http.StatusServiceUnavailable, body}, nil
 	}

@@ -16,7 +16,6 @@ const (
 	Unauthenticated      = "unauthenticated"
 	Forbidden            = "forbidden"
 	NotFound             = "not_found"
-	MethodNotAllowed     = "method_not_allowed"
 	RunIDConflict        = "run_id_conflict"
 	StaleAssignment      = "stale_assignment"
 	NotRunnable          = "not_runnable"
@@ -36,7 +35,6 @@ var table = map[string]struct {
 	Unauthenticated:      {http.StatusUnauthorized, "No credentials were presented"},
 	Forbidden:            {http.StatusForbidden, "Not allowed for this principal"},
 	NotFound:             {http.StatusNotFound, "Not found"},
-	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RunIDConflict:        {http.StatusConflict, "The run_id is already used by a different request"},
 	StaleAssignment:      {http.StatusConflict, "The step is no longer assigned to this node under this lease"},
 	NotRunnable:          {http.StatusConflict, "The step cannot start yet"},

@@ -95,7 +95,7 @@ func CheckSchema(ctx context.Context, st *store.Store) error {
 	if err != nil {
 		return fmt.Errorf("read the schema version: %w", err)
 	}
-	if dirty || v < migrations.Latest() {
+	if migrations.Behind(v, dirty) {
 		return fmt.Errorf("the database schema is at version %d (dirty: %t) and this build needs %d: run the migrate function (make migrate locally)", v, dirty, migrations.Latest())
 	}
 	return nil
