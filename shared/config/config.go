@@ -19,7 +19,10 @@ type Config struct {
 	Starvation      time.Duration // STARVATION_SECONDS
 	NodeRetireAfter time.Duration // NODE_RETIRE_AFTER_SECONDS
 	LogLevel        slog.Level    // LOG_LEVEL
-	Database        Database
+	// The IAM roles whose callers are admins and nodes, when API Gateway authorizes by IAM.
+	IAMAdminRole string // IAM_ADMIN_ROLE
+	IAMNodeRole  string // IAM_NODE_ROLE
+	Database     Database
 }
 
 // Database says where the database is and how to reach it. Exactly one of URL, SecretARN and
@@ -66,6 +69,8 @@ func Load(getenv func(string) string) (Config, error) {
 		Starvation:      r.seconds("STARVATION_SECONDS", 600, 1, 7*86400),
 		NodeRetireAfter: r.seconds("NODE_RETIRE_AFTER_SECONDS", 86400, 60, 365*86400),
 		LogLevel:        r.level("LOG_LEVEL"),
+		IAMAdminRole:    r.text("IAM_ADMIN_ROLE"),
+		IAMNodeRole:     r.text("IAM_NODE_ROLE"),
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),
 			SecretARN:        r.text("DB_SECRET_ARN"),

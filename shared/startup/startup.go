@@ -49,7 +49,7 @@ func open(name string) httpapi.Deps {
 		exit(name, err)
 	}
 	return httpapi.Deps{Store: st, Config: cfg, Log: log, Roles: auth.IAMRoles{
-		AdminRole: os.Getenv("IAM_ADMIN_ROLE"), NodeRole: os.Getenv("IAM_NODE_ROLE"),
+		AdminRole: cfg.IAMAdminRole, NodeRole: cfg.IAMNodeRole,
 	}}
 }
 
