@@ -135,3 +135,23 @@ func TestCancelRacesTheFinalResult(t *testing.T) {
 		})
 	}
 }
+
+// A RUNNING run with no step started has nothing to acknowledge the cancel: it is CANCELLED at
+// once (200), with its reason, and its node is free for the next run.
+func TestCancelOfARunWithNothingStarted(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "board")
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("idle", "board", "s1", "s2"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("next", "board"))
+	resp := env.Do(alice, "POST", "/v1/runs/idle/cancel", map[string]any{"reason": "not needed"})
+	got := getRun(t, env, "idle")
+	if resp.Status != 200 || got.State != store.Cancelled || *got.CancelReason != "not needed" ||
+		got.Steps[0].State != store.Cancelled || got.Steps[1].State != store.Cancelled {
+		t.Fatalf("cancel of a run with nothing started: %s", resp)
+	}
+	if getRun(t, env, "next").State != store.Running {
+		t.Fatal("the freed node was not handed to the queued run")
+	}
+	env.CheckInvariants()
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -24,34 +25,29 @@ type CancelResult struct {
 	Released int
 }
 
-// cancelWriteSQL records a cooperative cancel: the intent (the first one is kept), every step
-// not started yet cancelled, the nodes with nothing left running released, and the run settled
-// if nothing is running at all. One statement, after the run's row is locked; the steps and
-// leases are written only if the run is still RUNNING as it decided (I7).
+// cancelWriteSQL records a cooperative cancel of a run with steps still running: the intent
+// (the first one is kept), every step not started yet cancelled, the nodes with nothing left
+// running released. One statement, after the run's row is locked; the steps and leases are
+// written only if the run is still RUNNING as it decided (I7). A run with nothing running
+// settles at once instead, as a forced cancel does (endRuns).
 const cancelWriteSQL = `
 WITH run AS (
     UPDATE runs SET cancel_requested_at = coalesce(cancel_requested_at, now()),
-        cancel_reason = coalesce(cancel_reason, @reason::text),
-        state = CASE WHEN @settle::bool THEN 'CANCELLED' ELSE state END,
-        reason = CASE WHEN @settle::bool THEN 'cancelled' END,
-        finished_at = CASE WHEN @settle::bool THEN now() END,
-        deadline_at = CASE WHEN @settle::bool THEN NULL ELSE deadline_at END
+        cancel_reason = coalesce(cancel_reason, @reason::text)
     WHERE run_id = @run_id::text AND state = 'RUNNING'
     RETURNING attempt
 ), pending AS (
     UPDATE steps SET state = 'CANCELLED', finished_at = now()
     WHERE run_id = @run_id::text AND state = 'PENDING' AND EXISTS (SELECT 1 FROM run)
 ), freed AS (
-    DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::bool)
+    DELETE FROM leases WHERE run_id = @run_id::text AND role = ANY (@release::text[])
       AND EXISTS (SELECT 1 FROM run)
     RETURNING node_id
 ), event AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
     SELECT @run_id::text, attempt, 'cancel_requested', 'RUNNING', 'RUNNING', NULL, NULL FROM run WHERE @first::bool
     UNION ALL
-    SELECT @run_id::text, attempt, 'released', 'RUNNING', 'RUNNING', NULL, f.node_id FROM run, freed f WHERE NOT @settle::bool
-    UNION ALL
-    SELECT @run_id::text, attempt, 'cancelled', 'RUNNING', 'CANCELLED', 'cancelled', NULL FROM run WHERE @settle::bool
+    SELECT @run_id::text, attempt, 'released', 'RUNNING', 'RUNNING', NULL, f.node_id FROM run, freed f
 )
 SELECT count(*) FROM freed`
 
@@ -89,7 +85,7 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) 
 	if Terminal(lr.state) {
 		return CancelResult{}, ErrRunNotLive
 	}
-	if lr.state == Queued || p.Force {
+	if lr.state == Queued || p.Force || !slices.ContainsFunc(lr.steps, func(st reportStep) bool { return st.State == Running }) {
 		_, freed, err := endRuns(ctx, tx, ending{
 			due:  `SELECT run_id FROM runs WHERE run_id = @run_id::text FOR UPDATE`,
 			from: lr.state, state: Cancelled, reason: ReasonCancelled, kind: "cancelled", pendingTo: Cancelled,
@@ -104,11 +100,9 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) 
 			after[i].State = Cancelled
 		}
 	}
-	settle := allFinal(after, "")
 	var released int
 	err := tx.QueryRow(ctx, cancelWriteSQL, named{
-		"run_id": p.RunID, "reason": nullIfEmpty(p.Reason), "settle": settle,
-		"release": finalRoles(after), "first": !lr.cancelling,
+		"run_id": p.RunID, "reason": nullIfEmpty(p.Reason), "release": finalRoles(after), "first": !lr.cancelling,
 	}).Scan(&released)
-	return CancelResult{Settled: settle, Released: released}, err
+	return CancelResult{Released: released}, err
 }
