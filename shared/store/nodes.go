@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -393,10 +392,7 @@ func servable(shape string, fleet []Node) bool {
 	if err := json.Unmarshal([]byte(shape), &needs); err != nil {
 		return true // not ours to judge; never fail a run on a parse error
 	}
-	roles := make([]match.Role, len(needs))
-	for i, n := range needs {
-		roles[i] = match.Role{Name: strconv.Itoa(i), Needs: n}
-	}
+	roles := shapeRoles(needs)
 	nodes := make([]match.Node, len(fleet))
 	for i, n := range fleet {
 		nodes[i] = match.Node{ID: n.NodeID, Labels: n.Labels}

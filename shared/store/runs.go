@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -587,11 +588,17 @@ func (s *Store) Queue(ctx context.Context) ([]QueueEntry, error) {
 	return out, nil
 }
 
-func capacityFor(needs [][]string, fleet []Node) (capable, available int, placeable bool) {
-	var roles []match.Role
+// shapeRoles are a shape's needs as roles to match, named by their place.
+func shapeRoles(needs [][]string) []match.Role {
+	roles := make([]match.Role, len(needs))
 	for i, n := range needs {
-		roles = append(roles, match.Role{Name: fmt.Sprint(i), Needs: n})
+		roles[i] = match.Role{Name: strconv.Itoa(i), Needs: n}
 	}
+	return roles
+}
+
+func capacityFor(needs [][]string, fleet []Node) (capable, available int, placeable bool) {
+	roles := shapeRoles(needs)
 	var free []match.Node
 	for _, n := range fleet {
 		for _, r := range roles {
