@@ -201,6 +201,11 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 	return match.Place(roles, nodes, s.set.MaxRunWidth, run.RunID), queueWaiting, nil
 }
 
+// queuePosition is the queue_position of run r when it is QUEUED: the queued runs ahead of
+// it. It counts them, so a 202 costs more the deeper the queue.
+const queuePosition = `CASE WHEN r.state = 'QUEUED' THEN (SELECT count(*) FROM runs q
+	WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (r.created_at, r.run_id)) END`
+
 // insertRunSQL stores a submission in one statement — so in one transaction — with the state
 // already decided. The assignment is re-checked inside it, on the chosen nodes' free_nodes rows
 // (see promoteSQL): if one was leased after the match, or another submit or promotion is
@@ -256,10 +261,8 @@ WITH avail AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = 'FAILED' THEN @reason::text END FROM run
 )
-SELECT state, created_at,
-       CASE WHEN state = 'QUEUED' THEN (SELECT count(*) FROM runs q
-            WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (run.created_at, run.run_id)) END
-FROM run`
+SELECT r.state, r.created_at, ` + queuePosition + `
+FROM run r`
 
 // Submit stores a run as the fleet allows: RUNNING with every role leased, QUEUED holding
 // nothing, or FAILED when no node of the fleet could ever serve it. A resubmission of the
@@ -424,8 +427,7 @@ const runColumns = `
 	        'retries', s.retries, 'tries', s.tries, 'exit_code', s.exit_code, 'message', s.message,
 	        'started_at', s.started_at, 'finished_at', s.finished_at) ORDER BY s.ordinal)
 	   FROM steps s WHERE s.run_id = r.run_id),
-	CASE WHEN r.state = 'QUEUED' THEN (SELECT count(*) FROM runs q
-	     WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (r.created_at, r.run_id)) END`
+	` + queuePosition
 
 // GetRun reads one run as v may see it.
 func (s *Store) GetRun(ctx context.Context, runID string, v Viewer) (Run, error) {
