@@ -24,7 +24,6 @@ func cancel(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.runID = runID
 	body, err := c.body()
 	if err != nil {
 		return reply{}, err

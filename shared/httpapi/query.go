@@ -148,9 +148,6 @@ func listNodes(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if nodes == nil {
-		nodes = []store.Node{}
-	}
 	return reply{http.StatusOK, map[string]any{"nodes": nodes}}, nil
 }
 
@@ -161,9 +158,6 @@ func listLeases(c *call) (reply, error) {
 	leases, err := c.d.Store.ListLeases(c.ctx)
 	if err != nil {
 		return reply{}, err
-	}
-	if leases == nil {
-		leases = []store.Lease{}
 	}
 	return reply{http.StatusOK, map[string]any{"leases": leases}}, nil
 }

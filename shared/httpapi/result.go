@@ -24,10 +24,9 @@ func result(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.runID = runID
-	stepID := c.req.PathParameters["step_id"]
-	if !request.StepIDPattern.MatchString(stepID) {
-		return reply{}, problem.New(problem.NotFound, "")
+	stepID, err := c.pathID("step_id", request.StepIDPattern)
+	if err != nil {
+		return reply{}, err
 	}
 	body, err := c.body()
 	if err != nil {

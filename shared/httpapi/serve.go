@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"time"
 
@@ -250,12 +251,19 @@ func (c *call) viewer() store.Viewer {
 	return store.Viewer{Owner: c.who.Owner(), Admin: c.who.IsAdmin()}
 }
 
-// pathID reads an identifier from the path; one that could never have been stored is simply
-// not found.
-func (c *call) pathID(name string) (string, error) {
-	v := c.req.PathParameters[name]
-	if !request.IDPattern.MatchString(v) {
+// pathID reads an identifier from the path, by the pattern it was stored under (IDPattern
+// unless given); one that could never have been stored is simply not found. A run_id goes
+// into the call's log line.
+func (c *call) pathID(name string, pattern ...*regexp.Regexp) (string, error) {
+	v, re := c.req.PathParameters[name], request.IDPattern
+	if len(pattern) > 0 {
+		re = pattern[0]
+	}
+	if !re.MatchString(v) {
 		return "", problem.New(problem.NotFound, "")
+	}
+	if name == "run_id" {
+		c.runID = v
 	}
 	return v, nil
 }
