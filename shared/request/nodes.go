@@ -10,11 +10,8 @@ const MaxLabels = 64
 
 // Heartbeat decodes PUT /v1/nodes/{node_id}: {"boot_id", "labels", "draining"}.
 func Heartbeat(nodeID string, body []byte) (store.HeartbeatParams, []problem.FieldError) {
-	tree, errs := parse(body)
-	if errs != nil {
-		return store.HeartbeatParams{}, errs
-	}
-	o := newObject(tree, "", &errs)
+	var errs []problem.FieldError
+	o := root(body, &errs)
 	if o == nil {
 		return store.HeartbeatParams{}, errs
 	}

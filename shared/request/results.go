@@ -18,11 +18,8 @@ const (
 
 // Result decodes POST /v1/runs/{run_id}/steps/{step_id}/result.
 func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Problem) {
-	tree, errs := parse(body)
-	if errs != nil {
-		return store.ReportParams{}, problem.Invalid(errs)
-	}
-	o := newObject(tree, "", &errs)
+	var errs []problem.FieldError
+	o := root(body, &errs)
 	if o == nil {
 		return store.ReportParams{}, problem.Invalid(errs)
 	}
@@ -77,11 +74,7 @@ func Cancel(body []byte) (reason string, force bool, errs []problem.FieldError) 
 	if len(body) == 0 {
 		return "", false, nil
 	}
-	tree, errs := parse(body)
-	if errs != nil {
-		return "", false, errs
-	}
-	o := newObject(tree, "", &errs)
+	o := root(body, &errs)
 	if o == nil {
 		return "", false, errs
 	}

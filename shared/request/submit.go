@@ -35,11 +35,8 @@ var (
 // Submit decodes POST /v1/runs. It returns the run to store — without its owner, which the
 // handler knows — or every problem found.
 func Submit(body []byte) (store.NewRun, []problem.FieldError) {
-	tree, errs := parse(body)
-	if errs != nil {
-		return store.NewRun{}, errs
-	}
-	o := newObject(tree, "", &errs)
+	var errs []problem.FieldError
+	o := root(body, &errs)
 	if o == nil {
 		return store.NewRun{}, errs
 	}

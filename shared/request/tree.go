@@ -176,6 +176,17 @@ type object struct {
 	read map[string]bool
 }
 
+// root parses a request body whose top level must be an object, and opens it; nil when the
+// body is not one, with the reasons in errs.
+func root(body []byte, errs *[]problem.FieldError) *object {
+	tree, perrs := parse(body)
+	if perrs != nil {
+		*errs = perrs
+		return nil
+	}
+	return newObject(tree, "", errs)
+}
+
 func newObject(v any, path string, errs *[]problem.FieldError) *object {
 	m, ok := v.(map[string]any)
 	if !ok {
