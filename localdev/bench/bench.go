@@ -94,9 +94,7 @@ func (b *bench) event(who auth.Principal, method, target string, body []byte) (e
 		Headers: map[string]string{"content-type": "application/json"}, Body: string(body),
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			RouteKey: route.Key(), RequestID: "bench",
-			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				Lambda: map[string]any{"kind": string(who.Kind), "id": who.ID},
-			},
+			Authorizer: who.Authorizer(),
 		},
 	}, route
 }

@@ -128,9 +128,7 @@ func (g *Gateway) Event(r *http.Request, route httpapi.Route, params map[string]
 	}
 	if g.Tokens != nil {
 		if p, ok := g.Tokens.Authenticate(headers["authorization"]); ok {
-			ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				Lambda: map[string]any{"kind": string(p.Kind), "id": p.ID},
-			}
+			ev.RequestContext.Authorizer = p.Authorizer()
 		}
 	}
 	return ev
@@ -149,9 +147,7 @@ func (g *Gateway) Request(who auth.Principal, method, target string, body []byte
 	}
 	ev := g.Event(req, route, params, body)
 	if who.Kind != "" {
-		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			Lambda: map[string]any{"kind": string(who.Kind), "id": who.ID},
-		}
+		ev.RequestContext.Authorizer = who.Authorizer()
 	}
 	return ev, route, nil
 }

@@ -42,6 +42,14 @@ type IAMRoles struct {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/+=,-]{0,199}$`)
 
+// Authorizer is p as a Lambda authorizer's context, as FromRequest reads it back: what the local
+// gateway and the benchmarks put in the events they build.
+func (p Principal) Authorizer() *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {
+	return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		Lambda: map[string]any{"kind": string(p.Kind), "id": p.ID},
+	}
+}
+
 // FromRequest finds the principal in the authorizer context; false when there is none (401).
 func FromRequest(req events.APIGatewayV2HTTPRequest, roles IAMRoles) (Principal, bool) {
 	a := req.RequestContext.Authorizer

@@ -50,3 +50,13 @@ func TestPrincipalSources(t *testing.T) {
 		}
 	}
 }
+
+// What the local gateway writes into an event is what the handlers read back.
+func TestAuthorizerRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, p := range []auth.Principal{{Kind: auth.Client, ID: "alice"}, {Kind: auth.Node, ID: "rpi-A"}, {Kind: auth.Admin, ID: "ops"}} {
+		if got, ok := auth.FromRequest(request(p.Authorizer()), auth.IAMRoles{}); !ok || got != p {
+			t.Fatalf("%+v came back as %+v (%t)", p, got, ok)
+		}
+	}
+}
