@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -20,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"mediator/localdev/localpg"
+	"mediator/localdev/localstack"
 )
 
 // pgbench measures what the same server does with the simplest transactions there are:
@@ -67,18 +67,7 @@ func pgbenchBinary() (string, error) {
 
 // database creates (afresh) a database on the benchmark's server and returns its URL.
 func (b *bench) database(ctx context.Context, name string) (string, error) {
-	if _, err := b.stack.Store.Pool().Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-		return "", err
-	}
-	if _, err := b.stack.Store.Pool().Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", err
-	}
-	u, err := url.Parse(b.stack.Config.Database.URL)
-	if err != nil {
-		return "", err
-	}
-	u.Path = "/" + name
-	return u.String(), nil
+	return localstack.EnsureDatabase(ctx, b.stack.Config.Database.URL, name, true)
 }
 
 // noop is River's unit of work here: nothing, so what is measured is the queue.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -185,6 +186,16 @@ func (s *Server) run(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %w: %s", filepath.Base(name), args[0], err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// WithDatabase is serverURL naming database name instead, with its user, password and options.
+func WithDatabase(serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("localpg: %q is not a postgres:// URL", serverURL)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
 }
 
 func urlFor(port int) string {

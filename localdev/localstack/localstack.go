@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -68,7 +67,7 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	}
 	dbURL := s.pg.URL
 	if !s.pg.External || o.Fresh {
-		if dbURL, err = ensureDatabase(ctx, s.pg.URL, o.Database, o.Fresh); err != nil {
+		if dbURL, err = EnsureDatabase(ctx, s.pg.URL, o.Database, o.Fresh); err != nil {
 			return s, err
 		}
 	}
@@ -158,11 +157,11 @@ func (s *Stack) Stop() {
 	}
 }
 
-// ensureDatabase creates database name on the server of adminURL (dropping it first when
+// EnsureDatabase creates database name on the server of adminURL (dropping it first when
 // fresh) and returns its URL, keeping the server URL's user, password and options.
-func ensureDatabase(ctx context.Context, adminURL, name string, fresh bool) (string, error) {
-	u, err := url.Parse(adminURL)
-	if err != nil || u.Scheme == "" {
+func EnsureDatabase(ctx context.Context, adminURL, name string, fresh bool) (string, error) {
+	dbURL, err := localpg.WithDatabase(adminURL, name)
+	if err != nil {
 		return "", fmt.Errorf("localstack: DATABASE_URL must be a postgres:// URL")
 	}
 	conn, err := pgx.Connect(ctx, adminURL)
@@ -186,6 +185,5 @@ func ensureDatabase(ctx context.Context, adminURL, name string, fresh bool) (str
 			return "", err
 		}
 	}
-	u.Path = "/" + name
-	return u.String(), nil
+	return dbURL, nil
 }

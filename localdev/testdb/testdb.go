@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -155,13 +154,9 @@ func schemaHash() string {
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-func withDatabase(raw, name string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	u.Path = "/" + name
-	return u.String()
+func withDatabase(serverURL, name string) string {
+	u, _ := localpg.WithDatabase(serverURL, name) // the server's own URL, always one
+	return u
 }
 
 func randomHex(n int) string {
