@@ -55,8 +55,7 @@ func submit(c *call) (reply, error) {
 	// After the commit: a run queued at the moment another handler freed its node would
 	// otherwise be missed by both. A run queued only because older runs wait may be placed by
 	// this very wake, in its turn: then it is answered as placed.
-	c.wake()
-	if res.Placeable {
+	if woke := c.wake(); res.Placeable && woke.Promoted > 0 {
 		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != store.Queued {
 			res.Outcome, res.Run = store.Placed, now
 		}
