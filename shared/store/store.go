@@ -21,8 +21,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	set  Settings
 	log  *slog.Logger
-	// startSQL is the wake's first statement with this store's starvation bound written in.
-	startSQL string
+	// The wake's statements that read heads, with this store's starvation bound written in.
+	startSQL, nextOfShapeSQL string
 }
 
 // Settings are the durations and limits of SPEC.md §8 that the store decides by. The store
@@ -93,7 +93,8 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{pool: pool, set: set, log: log, startSQL: withStarvation(startSQL, set.Starvation)}
+	return &Store{pool: pool, set: set, log: log,
+		startSQL: withStarvation(startSQL, set.Starvation), nextOfShapeSQL: withStarvation(nextOfShapeSQL, set.Starvation)}
 }
 
 // Pool is the underlying pool, for the test harness and the benchmarks.

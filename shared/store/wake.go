@@ -130,8 +130,8 @@ FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
 SELECT false, f.node_id, NULL, NULL, NULL, NULL, f.labels FROM free f`
 
-// withStarvation writes the starvation bound into startSQL, which then takes no parameter. A
-// statement with parameters is planned afresh for its first five runs on each connection, and
+// withStarvation writes the starvation bound into the statements that read heads (headColumns):
+// startSQL then takes no parameter. A statement with parameters is planned afresh for its first five runs on each connection, and
 // for every run while PostgreSQL judges the generic plan costlier. This one takes about 0.8 ms
 // to plan and 0.15 ms to run; some benchmark runs had every wake at 0.9 ms instead of 0.2 (as
 // plan_cache_mode=force_custom_plan does). A statement without parameters keeps its one plan.
@@ -273,7 +273,6 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (sw
 
 // walk places the heads, in arrival order, and the runs behind them, on the free nodes.
 func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *nodeSet) (end sweepEnd, err error) {
-	args := named{"starvation": s.set.Starvation.Seconds()}
 	queue := headQueue(slices.Clone(heads))
 	heap.Init(&queue)
 	for queue.Len() > 0 && free.size() > 0 {
@@ -322,7 +321,7 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 		if free.size() == 0 {
 			break
 		}
-		if next, ok, err := s.nextOfShape(ctx, h, args); err != nil {
+		if next, ok, err := s.nextOfShape(ctx, h); err != nil {
 			return end, err
 		} else if ok {
 			heap.Push(&queue, next)
@@ -454,9 +453,9 @@ type promotion struct {
 	had []string
 }
 
-func (s *Store) nextOfShape(ctx context.Context, h head, args named) (head, bool, error) {
-	rows, err := s.pool.Query(ctx, nextOfShapeSQL, named{
-		"starvation": args["starvation"], "shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
+func (s *Store) nextOfShape(ctx context.Context, h head) (head, bool, error) {
+	rows, err := s.pool.Query(ctx, s.nextOfShapeSQL, named{
+		"shape": h.Shape, "created_at": h.CreatedAt, "run_id": h.RunID,
 	})
 	if err != nil {
 		return head{}, false, translate(err)
