@@ -4,7 +4,6 @@
 package emulator
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -161,8 +160,12 @@ func (f *Function) Invoke(ctx context.Context, event []byte) ([]byte, error) {
 var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
 
 // InitDuration is the cold-start init time the emulator reported for the first invoke.
-func (f *Function) InitDuration() (time.Duration, error) {
-	m := initReport.FindStringSubmatch(f.out.String())
+func (f *Function) InitDuration(ctx context.Context) (time.Duration, error) {
+	out, err := f.WaitLog(ctx, "INIT REPORT")
+	if err != nil {
+		return 0, err
+	}
+	m := initReport.FindStringSubmatch(out)
 	if m == nil {
 		return 0, errors.New("the emulator reported no init duration")
 	}
@@ -170,8 +173,31 @@ func (f *Function) InitDuration() (time.Duration, error) {
 	return time.Duration(ms * float64(time.Millisecond)), err
 }
 
-// Log is everything the emulator and the function printed.
+// Log is everything the emulator and the function printed so far.
 func (f *Function) Log() string { return f.out.String() }
+
+// WaitLog waits until a whole line of output contains want and returns the output. The emulator answers an invoke
+// before the function's own output has crossed both pipes (the function's to the emulator's,
+// the emulator's to ours), so a log read right after the answer can miss the last lines: CI
+// once saw an unmigrated refusal without its message.
+func (f *Function) WaitLog(ctx context.Context, want string) (string, error) {
+	for {
+		out, changed := f.out.snapshot()
+		if strings.Contains(wholeLines(out), want) {
+			return out, nil
+		}
+		select {
+		case <-changed:
+		case <-f.done: // the process is gone and cmd.Wait has copied all it wrote
+			if out = f.out.String(); strings.Contains(wholeLines(out), want) {
+				return out, nil
+			}
+			return out, fmt.Errorf("%s exited without printing %q", f.Name, want)
+		case <-ctx.Done():
+			return out, fmt.Errorf("%s printed no %q: %w", f.Name, want, ctx.Err())
+		}
+	}
+}
 
 // Stop ends the emulator and the function.
 func (f *Function) Stop() {
@@ -181,17 +207,19 @@ func (f *Function) Stop() {
 	<-f.done
 }
 
-// LogLines are the function's own JSON log lines.
+// LogLines are the function's own JSON log lines, whole ones only.
 func (f *Function) LogLines() []string {
 	var lines []string
-	sc := bufio.NewScanner(strings.NewReader(f.out.String()))
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "{") {
-			lines = append(lines, sc.Text())
+	for _, line := range strings.Split(wholeLines(f.out.String()), "\n") {
+		if strings.HasPrefix(line, "{") {
+			lines = append(lines, line)
 		}
 	}
 	return lines
 }
+
+// wholeLines drops a last line still being written: a pipe can deliver half of one.
+func wholeLines(out string) string { return out[:strings.LastIndexByte(out, '\n')+1] }
 
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -202,16 +230,32 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// syncBuffer collects a process's output while tests read it.
+// syncBuffer collects a process's output while tests read it; changed is closed (and
+// replaced) on every write, so a reader can wait for output instead of polling.
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{}
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 	return b.buf.Write(p)
+}
+
+// snapshot is the output so far and a channel closed by the next write.
+func (b *syncBuffer) snapshot() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	return b.buf.String(), b.changed
 }
 
 func (b *syncBuffer) String() string {

@@ -152,10 +152,10 @@ func TestCP2GateUnderTheEmulator(t *testing.T) {
 
 	// Before the migrate function has run, a function refuses to start.
 	early := startStack(t, dbURL, "query")
-	if _, err := early.fns["query"].Invoke(ctx, event(t, "query", nil)); err == nil ||
-		!strings.Contains(early.fns["query"].Log(), "run the migrate function") {
+	if _, err := early.fns["query"].Invoke(ctx, event(t, "query", nil)); err == nil {
 		t.Fatalf("the query function served an unmigrated database:\n%s", early.fns["query"].Log())
 	}
+	waitLog(t, early.fns["query"], "run the migrate function")
 
 	s := startStack(t, dbURL, functions...)
 	out, err := s.fns["migrate"].Invoke(ctx, []byte("{}"))
@@ -209,22 +209,43 @@ func TestCP2GateUnderTheEmulator(t *testing.T) {
 	}
 
 	for _, name := range functions {
-		d, err := s.fns[name].InitDuration()
+		d, err := s.fns[name].InitDuration(withLogTimeout(t))
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
 		t.Logf("cold start: %-8s init %v", name, d.Round(100*time.Microsecond))
 	}
-	// Every invocation wrote one structured line with its request id, route, status and run.
+	// Every invocation wrote one structured line with its request id, route, status and run
+	// (c's is the last of the three).
+	waitLog(t, s.fns["submit"], `"run_id":"c"`)
+	requests := 0
 	for _, line := range s.fns["submit"].LogLines() {
 		if strings.Contains(line, `"msg":"request"`) {
+			requests++
 			for _, field := range []string{`"request_id":"req-submit-1"`, `"route":"POST /v1/runs"`, `"status":`, `"run_id":"`, `"duration_ms":`} {
 				if !strings.Contains(line, field) {
 					t.Errorf("the request log line lacks %s: %s", field, line)
 				}
 			}
 		}
+	}
+	if requests != 3 {
+		t.Errorf("submit logged %d request lines for three submits", requests)
+	}
+}
+
+// withLogTimeout bounds a wait for output that is already on its way (see WaitLog).
+func withLogTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitLog(t *testing.T, f *emulator.Function, want string) {
+	t.Helper()
+	if out, err := f.WaitLog(withLogTimeout(t), want); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }
 
