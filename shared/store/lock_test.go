@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
@@ -40,7 +41,7 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 			_, err := env.Store.Cancel(ctx, store.CancelParams{RunID: "pair", Viewer: store.Viewer{Admin: true}})
 			errs <- err
 		}()
-		waitForLockWaiter(t, env)
+		waitForLockWaiter(t, env, errs)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -57,15 +58,23 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 }
 
 // waitForLockWaiter returns once some backend of this database waits on a lock — the state the
-// test needs, observed, not waited for by the clock.
-func waitForLockWaiter(t *testing.T, env *apitest.Env) {
+// test needs, observed, not waited for by the clock. The deadline only turns a writer that
+// never queues into a failure instead of a hang; a count of polls was no bound at all, as a
+// loaded CI machine ran out of them before the cancel had its connection.
+func waitForLockWaiter(t *testing.T, env *apitest.Env, writer <-chan error) {
 	t.Helper()
-	for range 5000 {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
 		if env.Count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0 {
 			return
 		}
+		select {
+		case err := <-writer:
+			t.Fatalf("the writer finished without waiting for the run's lock: %v", err)
+		default:
+		}
 	}
-	t.Fatal("no writer ever waited for the run's lock")
+	t.Fatal("no writer waited for the run's lock within 30 s")
 }
 
 // A report's write re-checks in its own WHERE the step state and the lease it was decided
