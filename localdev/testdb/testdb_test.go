@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -52,10 +53,21 @@ func TestTemplateRenameRacesAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Close(ctx)
+	// The deadline and the builder finishing early only turn a rename that never queues into a
+	// failure instead of a hang.
+	deadline := time.Now().Add(30 * time.Second)
 	for waiting := false; !waiting; {
 		if err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE 'ALTER DATABASE % RENAME TO ' || $1::text)`, name).Scan(&waiting); err != nil {
 			t.Fatal(err)
+		}
+		select {
+		case b := <-done:
+			t.Fatalf("the template was built without waiting for the other rename: %q, %v", b.name, b.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("our rename never waited for the other one")
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
