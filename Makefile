@@ -1,5 +1,8 @@
 # Mediator. `make help` lists the targets; `make dev` and `make test` are the two that matter.
 SHELL := /bin/bash
+# A recipe's pipeline fails when any part of it fails: `make stress` pipes the tests through
+# grep, and without this it answered grep's status, 0 however the tests ended.
+.SHELLFLAGS := -o pipefail -c
 GO ?= go
 LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 FUNCTIONS := submit query nodes result cancel reap migrate
@@ -9,23 +12,24 @@ FUNCTIONS := submit query nodes result cancel reap migrate
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:$${PORT:-3000}, the reaper ticking
+dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:3000 (or $PORT), the reaper ticking
 	$(LOCAL) serve
 
+# then_stop runs $(1), then stops the throwaway cluster $(2) whatever $(1) did, and exits
+# with $(1)'s status.
+then_stop = status=0; $(1) || status=$$?; $(LOCAL) stop $(2) >/dev/null 2>&1 || true; exit $$status
+
 test: ## every test, against a throwaway PostgreSQL (or DATABASE_URL)
-	@status=0; $(GO) test -count=1 -timeout 20m ./... || status=$$?; \
-	$(LOCAL) stop test >/dev/null 2>&1 || true; exit $$status
+	@$(call then_stop,$(GO) test -count=1 -timeout 20m ./...,test)
 
 demo: ## a local stack and a simulated fleet play the CP2 gate, then a run survives a node restart
 	$(GO) run ./localdev/cmd/demo
 
 stress: ## the concurrent stress test at its long size (make test runs it at CI size)
-	@status=0; $(GO) test -count=1 -timeout 30m -run 'TestStress' ./localdev/stress/ -long -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|stress_test' || status=$$?; \
-	$(LOCAL) stop test >/dev/null 2>&1 || true; exit $$status
+	@$(call then_stop,$(GO) test -count=1 -timeout 30m -run 'TestStress' ./localdev/stress/ -long -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|stress_test',test)
 
 bench: ## throughput, latency and wake cost beside pgbench and River, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/
-	@status=0; (cd localdev/bench && $(GO) run . -out out) || status=$$?; \
-	$(LOCAL) stop bench >/dev/null 2>&1 || true; exit $$status
+	@$(call then_stop,(cd localdev/bench && $(GO) run . -out out),bench)
 
 migrate: ## apply the migrations to the local database (the migrate function's code)
 	$(LOCAL) migrate
