@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"mediator/localdev/apitest"
+	"mediator/shared/auth"
 	"mediator/shared/store"
 )
 
@@ -84,6 +85,69 @@ func TestListRunsPages(t *testing.T) {
 			t.Errorf("%s: %s", bad, resp)
 		}
 	}
+}
+
+// A listed run carries the queue_position GET gives it, though a list counts the queue once
+// per page: for every page, for the owner and the admin, in any state, with gaps in the queue
+// left by other owners' runs, a cancelled run and runs of another shape.
+func TestListedRunsCarryTheirQueuePosition(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	bob := apitest.Client("bob")
+	for i := range 12 {
+		who, needs := alice, "board"
+		if i%3 == 1 {
+			who = bob
+		}
+		if i%4 == 3 {
+			needs = "gpu"
+		}
+		run := oneNodeRun(fmt.Sprintf("r%02d", i), needs)
+		run["wait_for_capacity"] = true
+		env.Do(who, "POST", "/v1/runs", run)
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs/r05/cancel", nil); resp.Status != 200 {
+		t.Fatalf("cancel r05: %s", resp)
+	}
+	listed := 0
+	for _, viewer := range []auth.Principal{alice, apitest.Admin} {
+		for _, filter := range []string{"", "state=QUEUED&"} {
+			for after := ""; ; {
+				resp := env.Do(viewer, "GET", "/v1/runs?"+filter+"limit=4"+after, nil)
+				var page struct {
+					Runs []store.Run `json:"runs"`
+					Next *string     `json:"next"`
+				}
+				resp.Decode(t, &page)
+				for _, listedRun := range page.Runs {
+					listed++
+					var got struct {
+						Run store.Run `json:"run"`
+					}
+					env.Do(apitest.Admin, "GET", "/v1/runs/"+listedRun.RunID, nil).Decode(t, &got)
+					if got.Run.State != listedRun.State || position(got.Run) != position(listedRun) {
+						t.Errorf("%s listed %s at %s; GET says %s at %s", listedRun.RunID, listedRun.State,
+							position(listedRun), got.Run.State, position(got.Run))
+					}
+				}
+				if page.Next == nil {
+					break
+				}
+				after = "&after=" + *page.Next
+			}
+		}
+	}
+	if queued := env.Count(`SELECT count(*) FROM runs WHERE state = 'QUEUED'`); queued < 8 || listed < 20 {
+		t.Fatalf("the test checked too little: %d queued, %d listed", queued, listed)
+	}
+}
+
+func position(r store.Run) string {
+	if r.QueuePosition == nil {
+		return "no position"
+	}
+	return fmt.Sprint(*r.QueuePosition)
 }
 
 func TestQueueView(t *testing.T) {

@@ -417,17 +417,47 @@ type Viewer struct {
 }
 
 // runColumns reads a whole run — roles, steps and queue position included — in one query.
-const runColumns = `
+const runColumns = runFields + `,
+	` + queuePosition
+
+// runFields are runColumns without the queue position, which a list counts once per page
+// (see ListRuns).
+const runFields = `
 	r.run_id, r.owner, r.state, r.reason, r.attempt, r.max_attempts, r.created_at, r.started_at,
 	r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
 	r.wait_for_capacity, r.metadata,
 	(SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
-	   FROM run_roles ro WHERE ro.run_id = r.run_id),
+	   FROM run_roles ro WHERE ro.run_id = r.run_id) AS roles,
 	(SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,
 	        'retries', s.retries, 'tries', s.tries, 'exit_code', s.exit_code, 'message', s.message,
 	        'started_at', s.started_at, 'finished_at', s.finished_at) ORDER BY s.ordinal)
-	   FROM steps s WHERE s.run_id = r.run_id),
-	` + queuePosition
+	   FROM steps s WHERE s.run_id = r.run_id) AS steps`
+
+// listRunsSQL is a page of runs, newest first (%s: the filter), with the queue positions of
+// its QUEUED runs counted once for the page: the queued runs ahead of its oldest queued run,
+// plus each one's rank from there. (Counted per run, as GET does, a page of the newest
+// queued runs counted the whole queue once per run: 180 ms a page at 10,000 queued, growing
+// with the depth until statement_timeout refused the list.)
+const listRunsSQL = `
+WITH page AS MATERIALIZED (
+    SELECT ` + runFields + ` FROM runs r%s
+    ORDER BY r.created_at DESC, r.run_id DESC LIMIT @limit
+), lo AS (
+    SELECT created_at, run_id FROM page WHERE state = 'QUEUED' ORDER BY created_at, run_id LIMIT 1
+), hi AS (
+    SELECT created_at, run_id FROM page WHERE state = 'QUEUED' ORDER BY created_at DESC, run_id DESC LIMIT 1
+), ahead AS (
+    SELECT count(*) AS n FROM runs q, lo
+    WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (lo.created_at, lo.run_id)
+), ranked AS (
+    SELECT q.run_id, row_number() OVER (ORDER BY q.created_at, q.run_id) - 1 AS rank
+    FROM runs q, lo, hi
+    WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) >= (lo.created_at, lo.run_id)
+      AND (q.created_at, q.run_id) <= (hi.created_at, hi.run_id)
+)
+SELECT p.*, CASE WHEN p.state = 'QUEUED' THEN (SELECT n FROM ahead) + k.rank END
+FROM page p LEFT JOIN ranked k ON k.run_id = p.run_id
+ORDER BY p.created_at DESC, p.run_id DESC`
 
 // GetRun reads one run as v may see it.
 func (s *Store) GetRun(ctx context.Context, runID string, v Viewer) (Run, error) {
@@ -497,12 +527,11 @@ func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor,
 		where = append(where, "(r.created_at, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_id::text)")
 		args["after_us"], args["after_id"] = p.After.CreatedAtMicros, p.After.RunID
 	}
-	sql := `SELECT ` + runColumns + ` FROM runs r`
+	filter := ""
 	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
+		filter = ` WHERE ` + strings.Join(where, " AND ")
 	}
-	sql += ` ORDER BY r.created_at DESC, r.run_id DESC LIMIT @limit`
-	rows, err := s.pool.Query(ctx, sql, args)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(listRunsSQL, filter), args)
 	if err != nil {
 		return nil, nil, translate(err)
 	}
