@@ -90,6 +90,13 @@ func Load(getenv func(string) string) (Config, error) {
 	if r.err != nil {
 		return Config{}, r.err
 	}
+	// Through RDS Proxy the timeouts are the proxy's (ProxyInitQuery): a value set here would
+	// be validated and then never sent, the same setting in two places that disagree silently.
+	for _, name := range []string{"DB_STATEMENT_TIMEOUT_MS", "DB_IDLE_IN_TX_TIMEOUT_MS"} {
+		if c.Database.ViaProxy && r.text(name) != "" {
+			return Config{}, fmt.Errorf("config: %s has no effect through RDS Proxy (DB_VIA_PROXY); set it in the database stack's ProxyInitQuery", name)
+		}
+	}
 	if err := c.Database.check(); err != nil {
 		return Config{}, err
 	}

@@ -54,6 +54,16 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 			t.Errorf("%s: want one line naming it, got %q", name, msg)
 		}
 	}
+	// Through RDS Proxy a timeout set here would never be sent: refused, naming it.
+	for _, name := range []string{"DB_STATEMENT_TIMEOUT_MS", "DB_IDLE_IN_TX_TIMEOUT_MS"} {
+		_, err := config.Load(env(map[string]string{"DB_SECRET_ARN": "arn:aws:secretsmanager:x", name: "3000"}))
+		if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "ProxyInitQuery") {
+			t.Errorf("%s through the proxy: %v", name, err)
+		}
+		if _, err := config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", name: "3000"})); err != nil {
+			t.Errorf("%s on a direct connection: %v", name, err)
+		}
+	}
 	if _, err := config.Load(env(map[string]string{"LEASE_TTL_SECONDS": "abc", "DATABASE_URL": "x"})); err == nil ||
 		!strings.Contains(err.Error(), "LEASE_TTL_SECONDS") {
 		t.Errorf("a non-number lease TTL: %v", err)
