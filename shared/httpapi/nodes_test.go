@@ -269,6 +269,32 @@ func TestHeartbeatsAndSubmitsConcurrently(t *testing.T) {
 	env.CheckInvariants()
 }
 
+// A node that restarts draining frees its run-mates all the same: before its heartbeat
+// returns, a run queued for a run-mate's node is running there. (It used to wake only when the
+// restarting node itself was available, and the run waited for the reaper's stranded-run
+// detector.)
+func TestDrainingRestartWakesForTheRunMates(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "dut")
+	env.Beat("B", "boot-1", false, "host")
+	pair := map[string]any{
+		"run_id": "pair", "roles": map[string]any{"dut": map[string]any{"needs": []string{"dut"}}, "host": map[string]any{"needs": []string{"host"}}},
+		"steps": []map[string]any{{"id": "flash", "role": "host"}, {"id": "test", "role": "dut", "after": []string{"flash"}}},
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs", pair); resp.Status != 201 {
+		t.Fatalf("pair: %s", resp)
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("solo", "host")); resp.Status != 202 {
+		t.Fatalf("solo: %s", resp)
+	}
+	env.Beat("A", "boot-2", true, "dut")
+	if env.State("solo") != store.Running || env.Count(`SELECT count(*) FROM leases WHERE node_id = 'B' AND run_id = 'solo'`) != 1 {
+		t.Fatalf("solo is %s; B, freed by A's restart, was left idle", env.State("solo"))
+	}
+	env.CheckInvariants()
+}
+
 // When one node of a two-role run restarts, the other node learns from its next heartbeat
 // that its steps are no longer its own.
 func TestRunMateLearnsOfTheRestart(t *testing.T) {

@@ -177,13 +177,16 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 		if err != nil {
 			return err
 		}
-		released := 0
+		released, own := 0, 0
 		for _, l := range stale {
-			_, n, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
+			lost, n, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
 			if err != nil {
 				return err
 			}
 			released += n
+			if lost {
+				own++
+			}
 		}
 		var restarted bool
 		res, restarted, err = scanHeartbeat(tx.QueryRow(ctx, heartbeatSQL, args))
@@ -196,7 +199,10 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 			return ErrRetry
 		}
 		res.Released = released
-		res.CapacityAppeared = res.CapacityAppeared || (released > 0 && !p.Draining)
+		// The run-mates' nodes are free to take work whatever this node says; this node only
+		// if it is not draining. (Judged by this node alone, a restart that came back draining
+		// left its run-mates idle beside the queue until the reaper's stranded-run detector.)
+		res.CapacityAppeared = res.CapacityAppeared || released > own || (own > 0 && !p.Draining)
 		return nil
 	})
 	return res, err
