@@ -133,7 +133,7 @@ func queue(c *call) (reply, error) {
 	if err := c.allow(auth.Client, auth.Admin); err != nil {
 		return reply{}, err
 	}
-	entries, err := c.d.Store.Queue(c.ctx)
+	entries, err := c.d.Store.Queue(c.ctx, c.viewer())
 	if err != nil {
 		return reply{}, err
 	}

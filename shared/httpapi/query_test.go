@@ -169,4 +169,16 @@ func TestQueueView(t *testing.T) {
 	if q.Queued != 1 || q.OldestRunID != "b" || q.CapableNodes != 2 || q.AvailableNodes != 0 || q.PlaceableNow {
 		t.Fatalf("entry: %+v", q)
 	}
+	// Another client sees the counts but not alice's run id (GET of it is 404 to them);
+	// an admin sees it.
+	for who, want := range map[auth.Principal]string{apitest.Client("bob"): "", apitest.Admin: "b"} {
+		resp := env.Do(who, "GET", "/v1/queue", nil)
+		var seen struct {
+			Queue []store.QueueEntry `json:"queue"`
+		}
+		resp.Decode(t, &seen)
+		if len(seen.Queue) != 1 || seen.Queue[0].Queued != 1 || seen.Queue[0].OldestRunID != want {
+			t.Errorf("%s sees %s", who.ID, resp)
+		}
+	}
 }

@@ -571,21 +571,25 @@ func (s *Store) History(ctx context.Context, runID string) ([]Event, error) {
 // QueueEntry is one needs signature of the queue (GET /v1/queue): what a user asks when a
 // run sits there — how many wait, for how long, and whether any node could take one.
 type QueueEntry struct {
-	Needs             [][]string `json:"needs"`
-	Queued            int        `json:"queued"`
-	OldestRunID       string     `json:"oldest_run_id"`
-	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
-	CapableNodes      int        `json:"capable_nodes"`
-	AvailableNodes    int        `json:"available_nodes"`
-	PlaceableNow      bool       `json:"placeable_now"`
+	Needs  [][]string `json:"needs"`
+	Queued int        `json:"queued"`
+	// OldestRunID is the oldest queued run of these needs, when the viewer may see it.
+	OldestRunID       string  `json:"oldest_run_id,omitempty"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+	CapableNodes      int     `json:"capable_nodes"`
+	AvailableNodes    int     `json:"available_nodes"`
+	PlaceableNow      bool    `json:"placeable_now"`
 }
 
-// Queue summarises the queue by needs signature, oldest first.
-func (s *Store) Queue(ctx context.Context) ([]QueueEntry, error) {
+// Queue summarises the queue by needs signature, oldest first, as v may see it: every client
+// sees the counts, only the owner (or an admin) the id of the oldest run.
+func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT shape, count(*), (array_agg(run_id ORDER BY created_at, run_id))[1],
-		       extract(epoch FROM now() - min(created_at))::float8
-		FROM runs WHERE state = 'QUEUED' GROUP BY shape ORDER BY min(created_at)`)
+		       extract(epoch FROM now() - min(created_at))::float8,
+		       @admin::bool OR (array_agg(owner ORDER BY created_at, run_id))[1] = @owner::text
+		FROM runs WHERE state = 'QUEUED' GROUP BY shape ORDER BY min(created_at)`,
+		named{"admin": v.Admin, "owner": v.Owner})
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -594,9 +598,13 @@ func (s *Store) Queue(ctx context.Context) ([]QueueEntry, error) {
 	for rows.Next() {
 		var e QueueEntry
 		var shape string
-		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds); err != nil {
+		var visible bool
+		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &visible); err != nil {
 			rows.Close()
 			return nil, translate(err)
+		}
+		if !visible {
+			e.OldestRunID = ""
 		}
 		out, shapes = append(out, e), append(shapes, shape)
 	}
