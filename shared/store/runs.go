@@ -571,14 +571,13 @@ func (s *Store) History(ctx context.Context, runID string) ([]Event, error) {
 // QueueEntry is one needs signature of the queue (GET /v1/queue): what a user asks when a
 // run sits there — how many wait, for how long, and whether any node could take one.
 type QueueEntry struct {
-	Needs  [][]string `json:"needs"`
-	Queued int        `json:"queued"`
-	// OldestRunID is the oldest queued run of these needs, when the viewer may see it.
-	OldestRunID       string  `json:"oldest_run_id,omitempty"`
-	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
-	CapableNodes      int     `json:"capable_nodes"`
-	AvailableNodes    int     `json:"available_nodes"`
-	PlaceableNow      bool    `json:"placeable_now"`
+	Needs             [][]string `json:"needs"`
+	Queued            int        `json:"queued"`
+	OldestRunID       string     `json:"oldest_run_id,omitempty"` // only to its owner and admins
+	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
+	CapableNodes      int        `json:"capable_nodes"`
+	AvailableNodes    int        `json:"available_nodes"`
+	PlaceableNow      bool       `json:"placeable_now"`
 }
 
 // Queue summarises the queue by needs signature, oldest first, as v may see it: every client
