@@ -70,6 +70,42 @@ func TestCancel(t *testing.T) {
 	env.CheckInvariants()
 }
 
+// After a forced cancel every report of the node is 409, an acknowledging `cancelled` too: the
+// system ended its step, the node did not report it, so it is no repeat of a report. (It was
+// taken for one, 200, because the step kept the epoch of its `started`.) A node's own
+// acknowledgement, repeated, stays 200.
+func TestReportsAfterAForcedCancelAreStale(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "boot-1", false, "board")
+	env.Beat("B", "boot-1", false, "board")
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("forced", "board"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("acked", "board"))
+	for _, run := range []string{"forced", "acked"} {
+		node := getRun(t, env, run).Assigned["main"]
+		epoch := env.Epoch(node)
+		env.Report(node, "boot-1", epoch, run, "s1", "started")
+		if run == "forced" {
+			if resp := env.Do(apitest.Admin, "POST", "/v1/runs/forced/cancel", map[string]any{"force": true}); resp.Status != 200 {
+				t.Fatalf("force: %s", resp)
+			}
+			for _, status := range []string{"cancelled", "succeeded", "failed"} {
+				if r := env.Report(node, "boot-1", epoch, run, "s1", status); r.Status != 409 || !strings.Contains(string(r.Body), "stale_assignment") {
+					t.Errorf("%s after a forced cancel: %s", status, r)
+				}
+			}
+			continue
+		}
+		env.Do(alice, "POST", "/v1/runs/acked/cancel", nil)
+		for range 2 {
+			if r := env.Report(node, "boot-1", epoch, run, "s1", "cancelled"); r.Status != 200 {
+				t.Errorf("the node's own acknowledgement: %s", r)
+			}
+		}
+	}
+	env.CheckInvariants()
+}
+
 // 20 goroutines send cancel and the final result of the same run at once: exactly one final
 // state, never CANCELLED with a success recorded after it, no lease left.
 func TestCancelRacesTheFinalResult(t *testing.T) {

@@ -37,7 +37,7 @@ WITH run AS (
     WHERE run_id = @run_id::text AND state = 'RUNNING'
     RETURNING attempt
 ), pending AS (
-    UPDATE steps SET state = 'CANCELLED', finished_at = now()
+    UPDATE steps SET state = 'CANCELLED', finished_at = now(), epoch = NULL
     WHERE run_id = @run_id::text AND state = 'PENDING' AND EXISTS (SELECT 1 FROM run)
 ), freed AS (
     DELETE FROM leases WHERE run_id = @run_id::text AND role = ANY (@release::text[])

@@ -31,8 +31,10 @@ WITH due AS (%s), run AS (
     FROM due WHERE r.run_id = due.run_id AND r.state = @end_from::text
     RETURNING r.run_id, r.attempt
 ), steps AS (
+    -- epoch NULL: no node reported this end, so a node's report of it is fenced (409), not
+    -- taken for a repeat of one (a forced cancel answered a late "cancelled" with 200).
     UPDATE steps s SET state = CASE WHEN s.state = 'PENDING' THEN @pending_to::text ELSE 'CANCELLED' END,
-        finished_at = now()
+        finished_at = now(), epoch = NULL
     FROM run WHERE s.run_id = run.run_id AND s.state IN ('PENDING', 'RUNNING')
 ), freed AS (
     DELETE FROM leases l USING run WHERE l.run_id = run.run_id RETURNING l.node_id
