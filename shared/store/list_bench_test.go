@@ -29,3 +29,27 @@ func BenchmarkListQueuedRuns(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkListRunsOfARareState: an owner's page of FAILED runs when all 6,000 of its runs
+// SUCCEEDED, among 24,000 runs of other owners in every final state: an empty page, which must
+// not cost a walk through the owner's history.
+func BenchmarkListRunsOfARareState(b *testing.B) {
+	env := apitest.New(b)
+	for from := 1; from <= 30000; from += 10000 {
+		env.Exec(`
+		INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, max_attempts, created_at, started_at, finished_at)
+		SELECT 'done-' || i, CASE WHEN i % 5 = 0 THEN 'client:b' ELSE 'client:' || (i % 50) END,
+		       (ARRAY['SUCCEEDED', 'FAILED', 'CANCELLED'])[CASE WHEN i % 5 = 0 THEN 1 ELSE 1 + i % 3 END],
+		       CASE WHEN i % 5 = 0 OR i % 3 = 0 THEN NULL WHEN i % 3 = 1 THEN 'step_failed' ELSE 'cancelled' END,
+		       '\x00', '[["board"]]', 1, 1, now() - i * interval '1 second', now() - i * interval '1 second', now() - i * interval '1 second'
+		FROM generate_series($1::int, $1::int + 9999) i`, from)
+	}
+	env.Exec(`ANALYZE runs`)
+	p := store.ListRunsParams{Viewer: store.Viewer{Owner: "client:b"}, State: store.Failed, Limit: 20}
+	b.ResetTimer()
+	for range b.N {
+		if runs, _, err := env.Store.ListRuns(context.Background(), p); err != nil || len(runs) != 0 {
+			b.Fatalf("%d runs, %v", len(runs), err)
+		}
+	}
+}
