@@ -89,14 +89,11 @@ type Function struct {
 
 // Start runs the bootstrap under the emulator with env (the function's configuration).
 func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Function, error) {
-	addr, err := freeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	api, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+	addr, api := addrs[0], addrs[1]
 	cmd := exec.CommandContext(ctx, rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", api, bootstrap)
 	cmd.Dir = filepath.Dir(bootstrap)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "AWS_LAMBDA_FUNCTION_NAME=" + name,
@@ -221,13 +218,20 @@ func (f *Function) LogLines() []string {
 // wholeLines drops a last line still being written: a pipe can deliver half of one.
 func wholeLines(out string) string { return out[:strings.LastIndexByte(out, '\n')+1] }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeAddrs are n distinct free loopback addresses. Each listener is held until all are
+// chosen: closed one by one, the kernel handed the same port out twice about once in 6,000
+// pairs, and the emulator died on "address already in use".
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return addrs, nil
 }
 
 // syncBuffer collects a process's output while tests read it; changed is closed (and
