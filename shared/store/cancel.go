@@ -57,12 +57,13 @@ SELECT count(*) FROM freed`
 func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
 	var res CancelResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		lr, err := lockRun(ctx, tx, p.RunID, "")
+		t := lockTarget{RunID: p.RunID}
+		if !p.Viewer.Admin {
+			t.Owner = p.Viewer.Owner
+		}
+		lr, err := lockRun(ctx, tx, t)
 		if err != nil {
 			return err
-		}
-		if !p.Viewer.Admin && lr.owner != p.Viewer.Owner {
-			return ErrNotFound
 		}
 		res, err = cancelLocked(ctx, tx, lr, p)
 		return err

@@ -21,7 +21,7 @@ func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool
 // is still held: a test can queue another writer behind the report.
 func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		lr, err := lockRun(ctx, tx, p.RunID, p.NodeID)
+		lr, err := lockRun(ctx, tx, lockTarget{RunID: p.RunID, NodeID: p.NodeID})
 		if err != nil {
 			return err
 		}
@@ -35,6 +35,17 @@ func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) 
 		}
 		then()
 		return nil
+	})
+}
+
+// LockHolding takes a run's lock as a report of nodeID (or, with nodeID "", a cancel by owner;
+// "" for an admin) would, calls then() while holding whatever it got, and returns why it got
+// nothing: a test can wake the queue while a writer holds, or does not hold, a queued run.
+func (s *Store) LockHolding(ctx context.Context, runID, nodeID, owner string, then func()) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := lockRun(ctx, tx, lockTarget{RunID: runID, NodeID: nodeID, Owner: owner})
+		then()
+		return err
 	})
 }
 
@@ -63,7 +74,7 @@ func (s *Store) ReportAfter(ctx context.Context, p ReportParams, sql string) (Re
 	var lr lockedRun
 	var res ReportResult
 	err := s.pipelinedTx(ctx,
-		func(b *pgx.Batch) { queueLockRun(b, p.RunID, p.NodeID, &lr); b.Queue(sql) },
+		func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr); b.Queue(sql) },
 		func(b *pgx.Batch) error { return planReport(lr, p, b, &res) })
 	return res, err
 }

@@ -107,3 +107,42 @@ func TestReportWriteRechecksItsLease(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A writer that may not act on a queued run does not lock it. The wake takes a locked queued
+// run for one being promoted and places the run behind it, so a stranger's cancel (404) or a
+// node's late report on a requeued run (409), each holding the older run's lock for nothing,
+// let a younger run of the same needs overtake it.
+func TestOnlyAWriterThatActsLocksAQueuedRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, node, owner string
+		want              error
+	}{
+		{"a stranger's cancel", "", "client:mallory", store.ErrNotFound},
+		{"a late report", "A", "", store.ErrStaleAssignment},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := apitest.New(t, apitest.PoolSize(4))
+			env.Heartbeat("A", "b1", false, "board")
+			older := apitest.NewRun("older", "board")
+			older.MaxAttempts = 2
+			env.Submit(older)
+			env.Submit(apitest.NewRun("younger", "board"))
+			env.Heartbeat("A", "b2", true, "board")  // A restarts, draining: older is requeued ahead
+			env.Heartbeat("B", "b1", false, "board") // a free board, and no wake yet
+			if env.State("older") != store.Queued || env.State("younger") != store.Queued {
+				t.Fatalf("older %s, younger %s", env.State("older"), env.State("younger"))
+			}
+			err := env.Store.LockHolding(context.Background(), "older", tc.node, tc.owner, func() { env.Wake() })
+			if env.State("older") != store.Running || env.State("younger") != store.Queued {
+				t.Fatalf("younger overtook older while %s held it: older %s, younger %s",
+					tc.name, env.State("older"), env.State("younger"))
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("the writer's answer: %v, want %v", err, tc.want)
+			}
+			env.CheckInvariants()
+		})
+	}
+}

@@ -52,7 +52,22 @@ type reportStep struct {
 
 // lockRunSQL takes the run's row lock: every writer of a run takes it first, so a report, a
 // cancel and a reaper never interleave on one run.
-const lockRunSQL = `SELECT owner, state, attempt, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = $1 FOR UPDATE`
+//
+// It locks only a run the writer may act on. The wake takes a locked queued run for one being
+// promoted and places the run behind it, so a lock taken for nothing broke arrival order: a
+// stranger's cancel (404 after the lock) or a node's late report on a run that was requeued
+// (409: a queued run holds no lease to report under) let a younger run overtake the older.
+// $2: the owner a non-admin cancel must be; $3: a report's node, which never locks a queued run.
+const lockRunSQL = `SELECT state, attempt, cancel_requested_at IS NOT NULL FROM runs
+	WHERE run_id = $1 AND ($2::text = '' OR owner = $2::text) AND ($3::text = '' OR state <> 'QUEUED')
+	FOR UPDATE`
+
+// lockTarget is the run a writer locks, and for whom.
+type lockTarget struct {
+	RunID  string
+	NodeID string // a report's node ("" for a cancel)
+	Owner  string // a non-admin cancel's owner ("" for an admin or a report)
+}
 
 // readLockedSQL reads the run's steps and nodeID's lease on it. It is a statement of its own,
 // after the lock, on purpose: a SELECT ... FOR UPDATE that waited for the lock re-reads the
@@ -66,47 +81,60 @@ const readLockedSQL = `
 	                'epoch', s.epoch, 'node_id', ro.node_id) ORDER BY s.ordinal)
 	          FROM steps s JOIN run_roles ro ON ro.run_id = s.run_id AND ro.role = s.role
 	          WHERE s.run_id = $1),
-	       l.epoch, l.boot_id, l.role
+	       l.epoch, l.boot_id, l.role, EXISTS (SELECT 1 FROM runs WHERE run_id = $1)
 	FROM (SELECT 1) one LEFT JOIN leases l ON l.run_id = $1 AND l.node_id = $2`
 
 // lockedRun is a run as a writer sees it once it holds the run's row.
 type lockedRun struct {
-	owner, state string
-	attempt      int
-	cancelling   bool
-	steps        []reportStep
-	epoch        *int64 // the node's lease on this run, if any
-	boot, role   *string
+	state      string
+	attempt    int
+	cancelling bool
+	steps      []reportStep
+	epoch      *int64 // the node's lease on this run, if any
+	boot, role *string
+	// exists: the run exists, locked or not. A run that exists but was not locked is one the
+	// writer may not act on (another owner's, or queued under a report).
+	exists bool
 }
 
 // queueLockRun queues the lock of a run and then the read of it, with nodeID's lease on it
 // ("" for none), into r. Pipelined, the read still runs after the lock is held, so it sees the
 // run as locked. A run that does not exist leaves r.state empty.
-func queueLockRun(b *pgx.Batch, runID, nodeID string, r *lockedRun) {
-	b.Queue(lockRunSQL, runID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&r.owner, &r.state, &r.attempt, &r.cancelling)
+func queueLockRun(b *pgx.Batch, t lockTarget, r *lockedRun) {
+	b.Queue(lockRunSQL, t.RunID, t.Owner, t.NodeID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&r.state, &r.attempt, &r.cancelling)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		return err
 	})
-	b.Queue(readLockedSQL, runID, nodeID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&r.steps, &r.epoch, &r.boot, &r.role)
+	b.Queue(readLockedSQL, t.RunID, t.NodeID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&r.steps, &r.epoch, &r.boot, &r.role, &r.exists)
 	})
 }
 
 // lockRun locks a run and reads it, in one round trip, inside tx.
-func lockRun(ctx context.Context, tx pgx.Tx, runID, nodeID string) (lockedRun, error) {
+func lockRun(ctx context.Context, tx pgx.Tx, t lockTarget) (lockedRun, error) {
 	var r lockedRun
 	b := &pgx.Batch{}
-	queueLockRun(b, runID, nodeID, &r)
+	queueLockRun(b, t, &r)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return r, err
 	}
-	if r.state == "" {
-		return r, ErrNotFound
+	return r, r.locked(t)
+}
+
+// locked says why a run was not locked: not found (also another owner's: to them it does not
+// exist), or, for a report, stale — a queued run holds no lease to report under.
+func (r lockedRun) locked(t lockTarget) error {
+	switch {
+	case r.state != "":
+		return nil
+	case r.exists && t.NodeID != "":
+		return ErrStaleAssignment
+	default:
+		return ErrNotFound
 	}
-	return r, nil
 }
 
 // reportStepUpdate writes the reported step; reportNextSteps are the steps the report made
@@ -175,7 +203,7 @@ func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error
 	var lr lockedRun
 	var res ReportResult
 	err := s.pipelinedTx(ctx,
-		func(b *pgx.Batch) { queueLockRun(b, p.RunID, p.NodeID, &lr) },
+		func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
 		func(b *pgx.Batch) error { return planReport(lr, p, b, &res) })
 	return res, err
 }
@@ -183,8 +211,8 @@ func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error
 // planReport decides what the report does to the run as locked, puts the answer in res and
 // queues the write (nothing when the report changes nothing).
 func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) error {
-	if lr.state == "" {
-		return ErrNotFound
+	if err := lr.locked(lockTarget{RunID: p.RunID, NodeID: p.NodeID}); err != nil {
+		return err
 	}
 	runState, attempt, cancelling, steps, epoch, boot, role := lr.state, lr.attempt, lr.cancelling, lr.steps, lr.epoch, lr.boot, lr.role
 	i := slices.IndexFunc(steps, func(st reportStep) bool { return st.ID == p.StepID })
