@@ -49,6 +49,9 @@ func (s *Store) LockHolding(ctx context.Context, runID, nodeID, owner string, th
 	})
 }
 
+// ReapMargin is how much of its deadline a reap leaves unused.
+const ReapMargin = reapMargin
+
 // SpreadSeed is where a run's walk along free_nodes starts.
 func SpreadSeed(runID string) float64 { return spreadSeed(runID) }
 
