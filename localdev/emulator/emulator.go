@@ -100,6 +100,9 @@ func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Fun
 		"AWS_LAMBDA_FUNCTION_TIMEOUT=30", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256", "AWS_REGION=us-east-1"}, env...)
 	f := &Function{Name: name, addr: addr, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = f.out, f.out
+	// The function is the emulator's child and shares its output pipe: should it outlive a
+	// killed emulator, Wait stops copying after this instead of waiting for it.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
