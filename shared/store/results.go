@@ -97,9 +97,10 @@ type lockedRun struct {
 	exists bool
 }
 
-// queueLockRun queues the lock of a run and then the read of it, with nodeID's lease on it
-// ("" for none), into r. Pipelined, the read still runs after the lock is held, so it sees the
-// run as locked. A run that does not exist leaves r.state empty.
+// queueLockRun queues the lock of a run and then the read of it, with the node's lease on it
+// (none for a cancel), into r. Pipelined, the read still runs after the lock is held, so it
+// sees the run as locked. A run not locked — missing, or not the writer's to act on — leaves
+// r.state empty (see locked).
 func queueLockRun(b *pgx.Batch, t lockTarget, r *lockedRun) {
 	b.Queue(lockRunSQL, t.RunID, t.Owner, t.NodeID).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&r.state, &r.attempt, &r.cancelling)
