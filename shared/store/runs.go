@@ -416,6 +416,9 @@ type Viewer struct {
 	Admin bool
 }
 
+// sees says whether v may see a run of owner's: its owner and admins may.
+func (v Viewer) sees(owner string) bool { return v.Admin || owner == v.Owner }
+
 // runColumns reads a whole run — roles, steps and queue position included — in one query.
 const runColumns = runFields + `,
 	` + queuePosition
@@ -465,7 +468,7 @@ func (s *Store) GetRun(ctx context.Context, runID string, v Viewer) (Run, error)
 	if err != nil {
 		return Run{}, translate(err)
 	}
-	if !v.Admin && run.owner != v.Owner {
+	if !v.sees(run.owner) {
 		return Run{}, ErrNotFound
 	}
 	return run, nil
@@ -586,9 +589,8 @@ func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT shape, count(*), (array_agg(run_id ORDER BY created_at, run_id))[1],
 		       extract(epoch FROM now() - min(created_at))::float8,
-		       @admin::bool OR (array_agg(owner ORDER BY created_at, run_id))[1] = @owner::text
-		FROM runs WHERE state = 'QUEUED' GROUP BY shape ORDER BY min(created_at)`,
-		named{"admin": v.Admin, "owner": v.Owner})
+		       (array_agg(owner ORDER BY created_at, run_id))[1]
+		FROM runs WHERE state = 'QUEUED' GROUP BY shape ORDER BY min(created_at)`)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -596,13 +598,12 @@ func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
 	var shapes []string
 	for rows.Next() {
 		var e QueueEntry
-		var shape string
-		var visible bool
-		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &visible); err != nil {
+		var shape, owner string
+		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner); err != nil {
 			rows.Close()
 			return nil, translate(err)
 		}
-		if !visible {
+		if !v.sees(owner) {
 			e.OldestRunID = ""
 		}
 		out, shapes = append(out, e), append(shapes, shape)
