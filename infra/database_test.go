@@ -1,13 +1,19 @@
 package infra_test
 
 import (
+	"context"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
+
+	"mediator/localdev/testdb"
+	"mediator/shared/config"
 )
 
 // The template is read as a yaml.Node tree: CloudFormation's short forms (!Ref, !GetAtt, !Sub,
@@ -344,6 +350,37 @@ func TestProxyRequiresTLSAndSpeaksPostgreSQL(t *testing.T) {
 		}
 		if v := get(props, "RequireTLS"); v == nil || v.Value != "true" {
 			t.Errorf("%s: RequireTLS is not true", id)
+		}
+	}
+}
+
+// The proxy runs ProxyInitQuery's default on every connection it opens: it must be SQL that
+// PostgreSQL takes, and it must set the timeouts the functions' request deadline is built from
+// (shared/config's defaults). Run here, on a real server, as the proxy would.
+func TestProxyInitQueryDefaultRunsOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+	query := path(loadTemplate(t), "Parameters", "ProxyInitQuery", "Default").Value
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Simple protocol: one string of several statements, as the proxy sends it.
+	if _, err := conn.PgConn().Exec(ctx, query).ReadAll(); err != nil {
+		t.Fatalf("ProxyInitQuery's default %q fails on PostgreSQL: %v", query, err)
+	}
+	for name, want := range map[string]int{
+		"statement_timeout":                   config.DefaultStatementTimeoutMS,
+		"lock_timeout":                        config.DefaultLockTimeoutMS,
+		"idle_in_transaction_session_timeout": config.DefaultIdleInTxTimeoutMS,
+	} {
+		var got string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != strconv.Itoa(want)+"ms" && got != strconv.Itoa(want/1000)+"s" {
+			t.Errorf("after ProxyInitQuery, %s = %s; the functions assume %d ms", name, got, want)
 		}
 	}
 }

@@ -47,8 +47,27 @@ type Database struct {
 
 	MaxConns         int32         // DB_MAX_CONNS: one per Lambda environment
 	StatementTimeout time.Duration // DB_STATEMENT_TIMEOUT_MS
-	IdleInTxTimeout  time.Duration // DB_IDLE_IN_TX_TIMEOUT_MS
+	// LockTimeout bounds every wait for a row lock, including the one a deferred constraint
+	// takes at COMMIT, where statement_timeout does not reach.
+	LockTimeout     time.Duration // DB_LOCK_TIMEOUT_MS
+	IdleInTxTimeout time.Duration // DB_IDLE_IN_TX_TIMEOUT_MS
 }
+
+// RequestDeadline bounds one request from the wait for a pool connection to the end of its
+// wake: a statement may run for StatementTimeout after waiting LockTimeout for a lock, and a
+// second more covers the round trips around it. Through RDS Proxy the two timeouts are the
+// proxy's ProxyInitQuery, whose default these defaults equal (a test pins them together).
+func (d Database) RequestDeadline() time.Duration {
+	return d.StatementTimeout + d.LockTimeout + time.Second
+}
+
+// The database timeouts' defaults, in milliseconds: what a direct connection sends, and what
+// infra/database.yaml's default ProxyInitQuery sets through RDS Proxy.
+const (
+	DefaultStatementTimeoutMS = 5000
+	DefaultLockTimeoutMS      = 2000
+	DefaultIdleInTxTimeoutMS  = 10000
+)
 
 // HeartbeatEvery is how often a node should heartbeat: three chances per lease.
 func (c Config) HeartbeatEvery() time.Duration { return c.LeaseTTL / 3 }
@@ -83,8 +102,9 @@ func Load(getenv func(string) string) (Config, error) {
 			SSLMode:          r.oneOf("DB_SSLMODE", "verify-full", "disable", "require", "verify-ca", "verify-full"),
 			ViaProxy:         r.booleanOr("DB_VIA_PROXY", r.text("DATABASE_URL") == ""),
 			MaxConns:         int32(r.integer("DB_MAX_CONNS", 1, 1, 1000)),
-			StatementTimeout: r.millis("DB_STATEMENT_TIMEOUT_MS", 5000),
-			IdleInTxTimeout:  r.millis("DB_IDLE_IN_TX_TIMEOUT_MS", 10000),
+			StatementTimeout: r.millis("DB_STATEMENT_TIMEOUT_MS", DefaultStatementTimeoutMS),
+			LockTimeout:      r.millis("DB_LOCK_TIMEOUT_MS", DefaultLockTimeoutMS),
+			IdleInTxTimeout:  r.millis("DB_IDLE_IN_TX_TIMEOUT_MS", DefaultIdleInTxTimeoutMS),
 		},
 	}
 	if r.err != nil {
@@ -92,10 +112,16 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	// Through RDS Proxy the timeouts are the proxy's (ProxyInitQuery): a value set here would
 	// be validated and then never sent, the same setting in two places that disagree silently.
-	for _, name := range []string{"DB_STATEMENT_TIMEOUT_MS", "DB_IDLE_IN_TX_TIMEOUT_MS"} {
+	for _, name := range []string{"DB_STATEMENT_TIMEOUT_MS", "DB_LOCK_TIMEOUT_MS", "DB_IDLE_IN_TX_TIMEOUT_MS"} {
 		if c.Database.ViaProxy && r.text(name) != "" {
 			return Config{}, fmt.Errorf("config: %s has no effect through RDS Proxy (DB_VIA_PROXY); set it in the database stack's ProxyInitQuery", name)
 		}
+	}
+	// A lock wait as long as the statement timeout would answer the statement timeout's error,
+	// and spend the whole budget, for a lock another request holds.
+	if c.Database.LockTimeout >= c.Database.StatementTimeout {
+		return Config{}, fmt.Errorf("config: DB_LOCK_TIMEOUT_MS (%d) must be below DB_STATEMENT_TIMEOUT_MS (%d)",
+			c.Database.LockTimeout.Milliseconds(), c.Database.StatementTimeout.Milliseconds())
 	}
 	if err := c.Database.check(); err != nil {
 		return Config{}, err

@@ -55,7 +55,7 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		}
 	}
 	// Through RDS Proxy a timeout set here would never be sent: refused, naming it.
-	for _, name := range []string{"DB_STATEMENT_TIMEOUT_MS", "DB_IDLE_IN_TX_TIMEOUT_MS"} {
+	for _, name := range []string{"DB_STATEMENT_TIMEOUT_MS", "DB_LOCK_TIMEOUT_MS", "DB_IDLE_IN_TX_TIMEOUT_MS"} {
 		_, err := config.Load(env(map[string]string{"DB_SECRET_ARN": "arn:aws:secretsmanager:x", name: "3000"}))
 		if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "ProxyInitQuery") {
 			t.Errorf("%s through the proxy: %v", name, err)
@@ -67,6 +67,35 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 	if _, err := config.Load(env(map[string]string{"LEASE_TTL_SECONDS": "abc", "DATABASE_URL": "x"})); err == nil ||
 		!strings.Contains(err.Error(), "LEASE_TTL_SECONDS") {
 		t.Errorf("a non-number lease TTL: %v", err)
+	}
+}
+
+// The lock timeout must leave the statement timeout room: a lock wait as long as the statement
+// would spend a request's whole budget on a lock another request holds.
+func TestLockTimeoutBelowStatementTimeout(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.LockTimeout != 2*time.Second || c.Database.StatementTimeout != 5*time.Second {
+		t.Fatalf("default timeouts: lock %v, statement %v", c.Database.LockTimeout, c.Database.StatementTimeout)
+	}
+	if got := c.Database.RequestDeadline(); got != 8*time.Second {
+		t.Errorf("request deadline: %v, want statement + lock + 1s = 8s", got)
+	}
+	for _, kv := range []map[string]string{
+		{"DB_LOCK_TIMEOUT_MS": "5000"},
+		{"DB_LOCK_TIMEOUT_MS": "3000", "DB_STATEMENT_TIMEOUT_MS": "1000"},
+	} {
+		kv["DATABASE_URL"] = "postgres://x/y"
+		_, err := config.Load(env(kv))
+		if err == nil || !strings.Contains(err.Error(), "DB_LOCK_TIMEOUT_MS") || !strings.Contains(err.Error(), "DB_STATEMENT_TIMEOUT_MS") {
+			t.Errorf("%v: %v", kv, err)
+		}
+	}
+	if _, err := config.Load(env(map[string]string{"DATABASE_URL": "x", "DB_LOCK_TIMEOUT_MS": "200", "DB_STATEMENT_TIMEOUT_MS": "1000"})); err != nil {
+		t.Errorf("200 ms under 1 s: %v", err)
 	}
 }
 

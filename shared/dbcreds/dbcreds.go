@@ -35,8 +35,9 @@ type LoadAWS func(context.Context) (aws.Config, error)
 // PoolParams returns how to connect; the caller adds the pool's own settings.
 func PoolParams(ctx context.Context, db config.Database, loadAWS LoadAWS) (store.PoolParams, error) {
 	p := store.PoolParams{
-		MaxConns: db.MaxConns, StatementTimeout: db.StatementTimeout, IdleInTxTimeout: db.IdleInTxTimeout,
-		ViaProxy: db.ViaProxy,
+		MaxConns: db.MaxConns, StatementTimeout: db.StatementTimeout, LockTimeout: db.LockTimeout,
+		IdleInTxTimeout: db.IdleInTxTimeout,
+		ViaProxy:        db.ViaProxy,
 	}
 	switch {
 	case db.URL != "":

@@ -39,7 +39,7 @@ func cancel(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if res.Released > 0 {
+	if res.CapacityAppeared {
 		c.wake()
 	}
 	if res.Settled {

@@ -79,6 +79,12 @@ func withRawBase64(s string) func(*events.APIGatewayV2HTTPRequest) {
 	return func(ev *events.APIGatewayV2HTTPRequest) { ev.Body, ev.IsBase64Encoded = s, true }
 }
 
+// withRawBody puts bytes in the event's body as they are, not base64-encoded: the event's
+// body is a Go string, which carries any bytes.
+func withRawBody(raw string) func(*events.APIGatewayV2HTTPRequest) {
+	return func(ev *events.APIGatewayV2HTTPRequest) { ev.Body, ev.IsBase64Encoded = raw, false }
+}
+
 func withContentType(ct string) func(*events.APIGatewayV2HTTPRequest) {
 	return func(ev *events.APIGatewayV2HTTPRequest) { ev.Headers["content-type"] = ct }
 }
@@ -213,7 +219,8 @@ func TestHostileCatalogue(t *testing.T) {
 		hostileCase{name: "node id differing only in case", who: apitest.Node("a"), method: "PUT", target: "/v1/nodes/A", body: `{"boot_id":"a1"}`, status: 403, code: "forbidden"},
 	)
 
-	// --- Runs that are not yours, runs that do not exist, ids that could never exist.
+	// --- Runs that are not yours, runs that do not exist (404), ids that could never exist (400
+	// at the path parameter: the client has a malformed id to fix, not a run to look for).
 	add(
 		hostileCase{name: "another client's run", who: alice, method: "GET", target: "/v1/runs/bobs", status: 404, code: "not_found"},
 		hostileCase{name: "cancel another client's running run", who: alice, method: "POST", target: "/v1/runs/bobs/cancel", status: 404, code: "not_found"},
@@ -224,30 +231,35 @@ func TestHostileCatalogue(t *testing.T) {
 		hostileCase{name: "unknown run", who: alice, method: "GET", target: "/v1/runs/nope", status: 404, code: "not_found"},
 		hostileCase{name: "cancel an unknown run", who: alice, method: "POST", target: "/v1/runs/nope/cancel", status: 404, code: "not_found"},
 		hostileCase{name: "admin removes an unknown node", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/nope", status: 404, code: "not_found"},
-		hostileCase{name: "run id of 200 characters", who: alice, method: "GET", target: "/v1/runs/" + long, status: 404, code: "not_found"},
-		hostileCase{name: "run id with a leading dash", who: alice, method: "GET", target: "/v1/runs/-held", status: 404, code: "not_found"},
-		hostileCase{name: "run id with a space", who: alice, method: "GET", target: "/v1/runs/held%20x", status: 404, code: "not_found"},
-		hostileCase{name: "run id with a NUL", who: alice, method: "GET", target: "/v1/runs/held%00", status: 404, code: "not_found"},
-		hostileCase{name: "run id that is a literal %00", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "%00"), status: 404, code: "not_found"},
-		hostileCase{name: "run id in unicode", who: alice, method: "GET", target: "/v1/runs/%C3%A9t%C3%A9", status: 404, code: "not_found"},
-		hostileCase{name: "run id ../", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "../runs"), status: 404, code: "not_found"},
-		hostileCase{name: "run id that is SQL", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "'; DROP TABLE runs;--"), status: 404, code: "not_found"},
-		hostileCase{name: "run id with a trailing newline", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "held\n"), status: 404, code: "not_found"},
-		hostileCase{name: "run id with a control character", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "held\x01"), status: 404, code: "not_found"},
-		hostileCase{name: "run id missing from the event", who: alice, method: "GET", target: "/v1/runs/held", tamper: func(ev *events.APIGatewayV2HTTPRequest) { ev.PathParameters = nil }, status: 404, code: "not_found"},
-		hostileCase{name: "cancel a run id ../", who: alice, method: "POST", target: "/v1/runs/held/cancel", tamper: withPathParam("run_id", "../held"), status: 404, code: "not_found"},
-		hostileCase{name: "cancel a run id of 200 characters", who: alice, method: "POST", target: "/v1/runs/" + long + "/cancel", status: 404, code: "not_found"},
-		hostileCase{name: "heartbeat a node id of 200 characters", who: apitest.Admin, method: "PUT", target: "/v1/nodes/" + long, body: `{"boot_id":"b"}`, status: 404, code: "not_found"},
-		hostileCase{name: "heartbeat a node id with a leading dash", who: apitest.Admin, method: "PUT", target: "/v1/nodes/-A", body: `{"boot_id":"b"}`, status: 404, code: "not_found"},
-		hostileCase{name: "heartbeat a node id in unicode", who: apitest.Admin, method: "PUT", target: "/v1/nodes/n%C3%B6de", body: `{"boot_id":"b"}`, status: 404, code: "not_found"},
-		hostileCase{name: "remove a node id ../", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/A", tamper: withPathParam("node_id", "../A"), status: 404, code: "not_found"},
-		hostileCase{name: "remove a node id with a NUL", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/A%00", status: 404, code: "not_found"},
+		hostileCase{name: "run id of 200 characters", who: alice, method: "GET", target: "/v1/runs/" + long, status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id with a leading dash", who: alice, method: "GET", target: "/v1/runs/-held", status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id with a space", who: alice, method: "GET", target: "/v1/runs/held%20x", status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id with a NUL", who: alice, method: "GET", target: "/v1/runs/held%00", status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id that is a literal %00", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "%00"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id in unicode", who: alice, method: "GET", target: "/v1/runs/%C3%A9t%C3%A9", status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id ../", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "../runs"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id that is SQL", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "'; DROP TABLE runs;--"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id with a trailing newline", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "held\n"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id with a control character", who: alice, method: "GET", target: "/v1/runs/held", tamper: withPathParam("run_id", "held\x01"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "run id missing from the event", who: alice, method: "GET", target: "/v1/runs/held", tamper: func(ev *events.APIGatewayV2HTTPRequest) { ev.PathParameters = nil }, status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "cancel a run id ../", who: alice, method: "POST", target: "/v1/runs/held/cancel", tamper: withPathParam("run_id", "../held"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "cancel a run id of 200 characters", who: alice, method: "POST", target: "/v1/runs/" + long + "/cancel", status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "heartbeat a node id of 200 characters", who: apitest.Admin, method: "PUT", target: "/v1/nodes/" + long, body: `{"boot_id":"b"}`, status: 400, code: "invalid_request", path: "node_id"},
+		hostileCase{name: "heartbeat a node id with a leading dash", who: apitest.Admin, method: "PUT", target: "/v1/nodes/-A", body: `{"boot_id":"b"}`, status: 400, code: "invalid_request", path: "node_id"},
+		hostileCase{name: "heartbeat a node id in unicode", who: apitest.Admin, method: "PUT", target: "/v1/nodes/n%C3%B6de", body: `{"boot_id":"b"}`, status: 400, code: "invalid_request", path: "node_id"},
+		hostileCase{name: "remove a node id ../", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/A", tamper: withPathParam("node_id", "../A"), status: 400, code: "invalid_request", path: "node_id"},
+		hostileCase{name: "remove a node id with a NUL", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/A%00", status: 400, code: "invalid_request", path: "node_id"},
 		hostileCase{name: "report on an unknown run", who: nodeA, method: "POST", target: "/v1/runs/nope/steps/flash/result", body: report("A", "a1", epochA, "succeeded"), status: 404, code: "not_found"},
 		hostileCase{name: "report on an unknown step", who: nodeA, method: "POST", target: "/v1/runs/held/steps/nope/result", body: report("A", "a1", epochA, "succeeded"), status: 404, code: "not_found"},
-		hostileCase{name: "report on a step id with a leading dash", who: nodeA, method: "POST", target: "/v1/runs/held/steps/-flash/result", body: report("A", "a1", epochA, "succeeded"), status: 404, code: "not_found"},
-		hostileCase{name: "report on a step id ../", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", tamper: withPathParam("step_id", "../flash"), body: report("A", "a1", epochA, "succeeded"), status: 404, code: "not_found"},
-		hostileCase{name: "report on a step id with a colon (legal in run ids, not step ids)", who: nodeA, method: "POST", target: "/v1/runs/held/steps/a:b/result", body: report("A", "a1", epochA, "succeeded"), status: 404, code: "not_found"},
-		hostileCase{name: "report on a run id of 200 characters", who: nodeA, method: "POST", target: "/v1/runs/" + long + "/steps/flash/result", body: report("A", "a1", epochA, "succeeded"), status: 404, code: "not_found"},
+		hostileCase{name: "report on a step id with a leading dash", who: nodeA, method: "POST", target: "/v1/runs/held/steps/-flash/result", body: report("A", "a1", epochA, "succeeded"), status: 400, code: "invalid_request", path: "step_id"},
+		hostileCase{name: "report on a step id ../", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", tamper: withPathParam("step_id", "../flash"), body: report("A", "a1", epochA, "succeeded"), status: 400, code: "invalid_request", path: "step_id"},
+		hostileCase{name: "report on a step id with a colon (legal in run ids, not step ids)", who: nodeA, method: "POST", target: "/v1/runs/held/steps/a:b/result", body: report("A", "a1", epochA, "succeeded"), status: 400, code: "invalid_request", path: "step_id"},
+		hostileCase{name: "report on a run id of 200 characters", who: nodeA, method: "POST", target: "/v1/runs/" + long + "/steps/flash/result", body: report("A", "a1", epochA, "succeeded"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "report on an empty step id", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", tamper: withPathParam("step_id", ""), body: report("A", "a1", epochA, "succeeded"), status: 400, code: "invalid_request", path: "step_id"},
+		hostileCase{name: "report on a run id with a space", who: nodeA, method: "POST", target: "/v1/runs/held%20x/steps/flash/result", body: report("A", "a1", epochA, "succeeded"), status: 400, code: "invalid_request", path: "run_id"},
+		hostileCase{name: "remove a node id missing from the event", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/A", tamper: func(ev *events.APIGatewayV2HTTPRequest) { ev.PathParameters = nil }, status: 400, code: "invalid_request", path: "node_id"},
+		hostileCase{name: "heartbeat a node id that is SQL", who: apitest.Admin, method: "PUT", target: "/v1/nodes/A", tamper: withPathParam("node_id", "A' OR '1'='1"), body: `{"boot_id":"a1"}`, status: 400, code: "invalid_request", path: "node_id"},
+		hostileCase{name: "cancel a run id in unicode", who: alice, method: "POST", target: "/v1/runs/%C3%A9t%C3%A9/cancel", status: 400, code: "invalid_request", path: "run_id"},
 		hostileCase{name: "a route this function does not serve", who: alice, method: "POST", target: "/v1/runs", body: okRun, tamper: withRouteKey("PATCH /v1/runs"), status: 404, code: "not_found"},
 		hostileCase{name: "another function's route", who: apitest.Admin, method: "POST", target: "/v1/runs", body: okRun, tamper: withRouteKey("GET /v1/nodes"), status: 404, code: "not_found"},
 		hostileCase{name: "no route key at all", who: alice, method: "GET", target: "/v1/runs", tamper: withRouteKey(""), status: 404, code: "not_found"},
@@ -289,7 +301,47 @@ func TestHostileCatalogue(t *testing.T) {
 		hostileCase{name: "cursor with the smallest microseconds", who: alice, method: "GET", target: "/v1/runs?after=" + cursor("-9223372036854775808:held"), status: 400, code: "invalid_request", path: "after"},
 		hostileCase{name: "dry_run=yes", who: alice, method: "POST", target: "/v1/runs?dry_run=yes", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
 		hostileCase{name: "dry_run twice", who: alice, method: "POST", target: "/v1/runs?dry_run=true&dry_run=false", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
+		hostileCase{name: "dry_run twice, the same", who: alice, method: "POST", target: "/v1/runs?dry_run=true&dry_run=true", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
+		hostileCase{name: "limit twice", who: alice, method: "GET", target: "/v1/runs?limit=1&limit=2", status: 400, code: "invalid_request", path: "limit"},
+		hostileCase{name: "after twice", who: alice, method: "GET", target: "/v1/runs?after=" + cursor("1:held") + "&after=" + cursor("2:held"), status: 400, code: "invalid_request", path: "after"},
+		// Were defects: the handlers read API Gateway's decoded map, which has no entry for a
+		// pair that does not decode, so ?dry_run=%74rue% stored a real run and ?state=%ZZ listed
+		// every state.
+		hostileCase{name: "dry_run with a broken escape", who: alice, method: "POST", target: "/v1/runs?dry_run=%74rue%", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
+		hostileCase{name: "dry_run with a bad escape", who: alice, method: "POST", target: "/v1/runs?dry_run=%zz", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
+		hostileCase{name: "dry_run with a semicolon", who: alice, method: "POST", target: "/v1/runs?dry_run=true;x=1", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
+		hostileCase{name: "a parameter name with a bad escape", who: alice, method: "POST", target: "/v1/runs?%ZZ=true", body: okRun, status: 400, code: "invalid_request"},
+		hostileCase{name: "state with a bad escape", who: alice, method: "GET", target: "/v1/runs?state=%ZZ", status: 400, code: "invalid_request", path: "state"},
+		hostileCase{name: "state with a broken escape after a good parameter", who: alice, method: "GET", target: "/v1/runs?limit=5&state=QUEUED%", status: 400, code: "invalid_request", path: "state"},
+		hostileCase{name: "state and limit split by a semicolon", who: alice, method: "GET", target: "/v1/runs?state=QUEUED;limit=1", status: 400, code: "invalid_request", path: "state"},
+		hostileCase{name: "a malformed query on a route with no parameters", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/A?%", status: 400, code: "invalid_request"},
 	)
+	// Parameters no route takes: refused, not ignored (a client's misspelt or guessed
+	// parameter does nothing it could believe it did).
+	for _, r := range []struct {
+		who                   auth.Principal
+		method, target, param string
+		body                  any
+	}{
+		{alice, "POST", "/v1/runs?dryrun=true", "dryrun", okRun},
+		{alice, "POST", "/v1/runs?dry_run=true&force=1", "force", okRun},
+		{alice, "POST", "/v1/runs?Dry_Run=true", "Dry_Run", okRun},
+		{alice, "GET", "/v1/runs?owner=bob", "owner", nil},
+		{alice, "GET", "/v1/runs?State=QUEUED", "State", nil},
+		{alice, "GET", "/v1/runs?limit=5&page=2", "page", nil},
+		{alice, "GET", "/v1/runs/held?history=false", "history", nil},
+		{alice, "POST", "/v1/runs/held/cancel?force=true", "force", nil},
+		{alice, "POST", "/v1/runs/held/cancel?reason=x", "reason", `{"reason":"x"}`},
+		{nodeA, "PUT", "/v1/nodes/A?draining=true", "draining", `{"boot_id":"a1","labels":["board=rpi4"]}`},
+		{apitest.Admin, "DELETE", "/v1/nodes/A?force=1", "force", nil},
+		{nodeA, "POST", "/v1/runs/held/steps/flash/result?status=succeeded", "status", report("A", "a1", epochA, "started")},
+		{alice, "GET", "/v1/queue?state=QUEUED", "state", nil},
+		{apitest.Admin, "GET", "/v1/nodes?limit=1", "limit", nil},
+		{apitest.Admin, "GET", "/v1/leases?x=", "x", nil},
+		{apitest.Nobody, "GET", "/healthz?probe=1", "probe", nil},
+	} {
+		add(hostileCase{name: "unknown query parameter: " + r.method + " " + r.target, who: r.who, method: r.method, target: r.target, body: r.body, status: 400, code: "invalid_request", path: r.param})
+	}
 
 	// --- Bodies, route by route. Each body route is a (principal, target) pair with a body
 	// that is acceptable, so the hostile variants differ from it in one way.
@@ -411,6 +463,47 @@ func TestHostileCatalogue(t *testing.T) {
 	add(hostileCase{name: "submit: a number past numeric's scale in a spec", who: alice, method: "POST", target: "/v1/runs", body: steps(`[{"id":"s","spec":{"n":1e-20000}}]`), status: 400, code: "invalid_request", path: "steps[0].spec.n"})
 	add(hostileCase{name: "submit: a zero with a huge exponent in metadata", who: alice, method: "POST", target: "/v1/runs", body: `{"run_id":"new-1","needs":["board=rpi4"],"steps":[{"id":"s"}],"metadata":{"n":0e9999999999}}`, status: 400, code: "invalid_request", path: "metadata.n"})
 
+	// --- Text encoding/json would have stored changed, as U+FFFD: bytes that are not UTF-8
+	// (base64-encoded, as API Gateway sends a body that is not text, and raw in the event's
+	// string) and surrogate escapes without their pair, in any string or key of any body.
+	text := func(name string, who auth.Principal, method, target, path, body string) {
+		add(hostileCase{name: name + ", base64", who: who, method: method, target: target, tamper: withBase64([]byte(body)), status: 400, code: "invalid_request", path: path})
+		add(hostileCase{name: name + ", raw", who: who, method: method, target: target, tamper: withRawBody(body), status: 400, code: "invalid_request", path: path})
+	}
+	okSteps := `"run_id":"new-1","needs":["board=rpi4"],"steps":[{"id":"s"}]`
+	okReport := fmt.Sprintf(`"node_id":"A","boot_id":"a1","epoch":%d`, epochA)
+	text("submit: invalid UTF-8 in a spec value", alice, "POST", "/v1/runs", "steps[0].spec.cmd", steps("[{\"id\":\"s\",\"spec\":{\"cmd\":\"flash.sh \xff\"}}]"))
+	text("submit: a UTF-8 surrogate in a spec value", alice, "POST", "/v1/runs", "steps[0].spec.cmd", steps("[{\"id\":\"s\",\"spec\":{\"cmd\":\"\xed\xa0\x80\"}}]"))
+	text("submit: invalid UTF-8 in a spec key", alice, "POST", "/v1/runs", "steps[0].spec", steps("[{\"id\":\"s\",\"spec\":{\"c\xc0md\":1}}]"))
+	text("submit: invalid UTF-8 in metadata", alice, "POST", "/v1/runs", "metadata.note", "{"+okSteps+",\"metadata\":{\"note\":\"caf\xe9\"}}")
+	text("submit: invalid UTF-8 in a needed label", alice, "POST", "/v1/runs", "needs[0]", "{\"run_id\":\"new-1\",\"needs\":[\"board=rpi\xff\"],\"steps\":[{\"id\":\"s\"}]}")
+	text("submit: a dry run with invalid UTF-8 in a spec", alice, "POST", "/v1/runs?dry_run=true", "steps[0].spec.cmd", steps("[{\"id\":\"s\",\"spec\":{\"cmd\":\"\x80\"}}]"))
+	text("heartbeat: invalid UTF-8 in a label", nodeA, "PUT", "/v1/nodes/A", "labels[1]", "{\"boot_id\":\"a1\",\"labels\":[\"board=rpi4\",\"lab=\xfe\"]}")
+	text("result: invalid UTF-8 in the message", nodeA, "POST", "/v1/runs/held/steps/flash/result", "message", "{"+okReport+",\"status\":\"failed\",\"message\":\"exit \xff\"}")
+	text("result: invalid UTF-8 in the output", nodeA, "POST", "/v1/runs/held/steps/flash/result", "output", "{"+okReport+",\"status\":\"succeeded\",\"output\":\"\xe2\x82\"}")
+	text("cancel: invalid UTF-8 in the reason", alice, "POST", "/v1/runs/held/cancel", "reason", "{\"reason\":\"stop \xc3\"}")
+	sub("a lone high surrogate in a spec value", "steps[0].spec.cmd", steps(`[{"id":"s","spec":{"cmd":"\ud800"}}]`))
+	sub("a lone low surrogate in a spec value", "steps[0].spec.cmd", steps(`[{"id":"s","spec":{"cmd":"\udc00"}}]`))
+	sub("a high surrogate then a letter in a spec", "steps[0].spec.args[0]", steps(`[{"id":"s","spec":{"args":["\ud83dx"]}}]`))
+	sub("a high surrogate then another escape in a spec", "steps[0].spec.cmd", steps(`[{"id":"s","spec":{"cmd":"\ud83d\u0041"}}]`))
+	sub("a surrogate pair reversed in a spec", "steps[0].spec.cmd", steps(`[{"id":"s","spec":{"cmd":"\ude00\ud83d"}}]`))
+	sub("a lone surrogate after an escaped backslash", "steps[0].spec.cmd", steps(`[{"id":"s","spec":{"cmd":"\\\ud800"}}]`))
+	sub("a lone surrogate in a spec key", "steps[0].spec", steps(`[{"id":"s","spec":{"\ud800":1}}]`))
+	sub("a lone surrogate in metadata", "metadata.note", `{`+okSteps+`,"metadata":{"note":"\udc00"}}`)
+	sub("a lone surrogate in a metadata key", "metadata", `{`+okSteps+`,"metadata":{"\ud83d":1}}`)
+	sub("a lone surrogate in a needed label", "needs[0]", `{"run_id":"new-1","needs":["\ud800"],"steps":[{"id":"s"}]}`)
+	hbText := func(name, path, body string) {
+		add(hostileCase{name: "heartbeat: " + name, who: nodeA, method: "PUT", target: "/v1/nodes/A", body: body, status: 400, code: "invalid_request", path: path})
+	}
+	hbText("a lone surrogate in a label", "labels[0]", `{"boot_id":"a1","labels":["\ud800"]}`)
+	hbText("a lone surrogate in the boot_id", "boot_id", `{"boot_id":"a1\udc00","labels":["board=rpi4"]}`)
+	resText := func(name, path, body string) {
+		add(hostileCase{name: "result: " + name, who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", body: body, status: 400, code: "invalid_request", path: path})
+	}
+	resText("a lone surrogate in the message", "message", `{`+okReport+`,"status":"failed","message":"\udc00"}`)
+	resText("a high surrogate at the end of the output", "output", `{`+okReport+`,"status":"succeeded","output":"ok \ud83d"}`)
+	add(hostileCase{name: "cancel: a lone surrogate in the reason", who: alice, method: "POST", target: "/v1/runs/held/cancel", body: `{"reason":"stop \ud800"}`, status: 400, code: "invalid_request", path: "reason"})
+
 	// --- Heartbeat: the node's own route, with a body that must not change the node.
 	hb := func(name, path, body string) {
 		add(hostileCase{name: "heartbeat: " + name, who: nodeA, method: "PUT", target: "/v1/nodes/A", body: body, status: 400, code: "invalid_request", path: path})
@@ -424,6 +517,8 @@ func TestHostileCatalogue(t *testing.T) {
 	hb("wrong types", "boot_id", `{"boot_id":1,"labels":"board=rpi4","draining":"no"}`)
 	hb("a label that is a number", "labels[0]", `{"boot_id":"a1","labels":[7]}`)
 	hb("labels as an object", "labels", `{"boot_id":"a1","labels":{"board":"rpi4"}}`)
+	// Was read as no labels, and the heartbeat dropped every label A had.
+	hb("labels null", "labels", `{"boot_id":"a1","labels":null}`)
 	hb("65 labels", "labels", `{"boot_id":"a1","labels":`+jsonList(65, func(i int) string { return fmt.Sprintf(`"l%d"`, i) })+`}`)
 	hb("10,000 labels", "labels", `{"boot_id":"a1","labels":`+jsonList(10000, func(i int) string { return fmt.Sprintf(`"l%d"`, i) })+`}`)
 	hb("a label key of 64 characters", "labels[0]", `{"boot_id":"a1","labels":["`+strings.Repeat("k", 64)+`"]}`)
@@ -626,4 +721,50 @@ func TestHostileStringsAreData(t *testing.T) {
 		t.Fatalf("%d runs", n)
 	}
 	env.CheckInvariants()
+}
+
+// A character past U+FFFF escaped as JSON writes it — a surrogate pair — is text like any
+// other, as is a backslash before "ud800": accepted in a spec, metadata, a report and a cancel
+// reason, and stored as the characters they stand for. (Unpaired surrogates are refused:
+// TestHostileCatalogue.)
+func TestSurrogatePairsAreText(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "a1", false, "board=rpi4")
+	body := `{"run_id":"pair","needs":["board=rpi4"],"steps":[{"id":"s","spec":{"cmd":"\ud83d\ude00 \\ud800","\uD834\uDD1E":true}}],` +
+		`"metadata":{"note":"\ud83d\ude80"}}`
+	if resp := env.Do(alice, "POST", "/v1/runs", body); resp.Status != 201 {
+		t.Fatalf("submit: %s", resp)
+	}
+	var got struct {
+		Run store.Run `json:"run"`
+	}
+	env.Do(alice, "GET", "/v1/runs/pair", nil).Decode(t, &got)
+	var meta map[string]string
+	if err := json.Unmarshal(got.Run.Metadata, &meta); err != nil || meta["note"] != "🚀" {
+		t.Fatalf("metadata: %s", got.Run.Metadata)
+	}
+	_, beat := env.Beat("A", "a1", false, "board=rpi4")
+	if len(beat.Steps) != 1 {
+		t.Fatalf("A's steps: %+v", beat.Steps)
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(beat.Steps[0].Spec, &spec); err != nil || spec["cmd"] != `😀 \ud800` || spec["𝄞"] != true {
+		t.Fatalf("the spec reached the node as %s", beat.Steps[0].Spec)
+	}
+	report := fmt.Sprintf(`{"node_id":"A","boot_id":"a1","epoch":%d,"status":"started","message":"\ud83d\udca5"}`, beat.Lease.Epoch)
+	if resp := env.Do(apitest.Node("A"), "POST", "/v1/runs/pair/steps/s/result", report); resp.Status != 200 {
+		t.Fatalf("report: %s", resp)
+	}
+	var message string
+	if err := env.Store.Pool().QueryRow(context.Background(), `SELECT message FROM steps WHERE run_id = 'pair'`).Scan(&message); err != nil || message != "💥" {
+		t.Fatalf("message %q (%v)", message, err)
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs/pair/cancel", `{"reason":"\ud83d\uded1"}`); resp.Status != 200 && resp.Status != 202 {
+		t.Fatalf("cancel: %s", resp)
+	}
+	var reason string
+	if err := env.Store.Pool().QueryRow(context.Background(), `SELECT cancel_reason FROM runs WHERE run_id = 'pair'`).Scan(&reason); err != nil || reason != "🛑" {
+		t.Fatalf("cancel_reason %q (%v)", reason, err)
+	}
 }

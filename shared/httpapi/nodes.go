@@ -65,7 +65,7 @@ func removeNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if res.Released > 0 {
+	if res.CapacityAppeared {
 		c.wake()
 	}
 	return reply{http.StatusOK, map[string]any{"node_id": nodeID, "released": res.Released, "runs_failed": res.Unservable}}, nil

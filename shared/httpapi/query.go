@@ -19,7 +19,7 @@ func Query(d Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"GET /healthz":          {public: true, serve: healthz},
 		"GET /v1/runs/{run_id}": {serve: getRun},
-		"GET /v1/runs":          {serve: listRuns},
+		"GET /v1/runs":          {query: []string{"state", "limit", "after"}, serve: listRuns},
 		"GET /v1/queue":         {serve: queue},
 		"GET /v1/nodes":         {serve: listNodes},
 		"GET /v1/leases":        {serve: listLeases},
@@ -67,7 +67,7 @@ func listRuns(c *call) (reply, error) {
 	if err := c.allow(auth.Client, auth.Admin); err != nil {
 		return reply{}, err
 	}
-	q := c.req.QueryStringParameters
+	q := c.query
 	p := store.ListRunsParams{Viewer: c.viewer(), State: q["state"], Limit: 20}
 	var errs []problem.FieldError
 	switch p.State {

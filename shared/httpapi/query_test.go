@@ -2,7 +2,10 @@ package httpapi_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"mediator/localdev/apitest"
 	"mediator/shared/auth"
@@ -180,5 +183,60 @@ func TestQueueView(t *testing.T) {
 		if len(seen.Queue) != 1 || seen.Queue[0].Queued != 1 || seen.Queue[0].OldestRunID != want {
 			t.Errorf("%s sees %s", who.ID, resp)
 		}
+	}
+}
+
+// The query string is read as the client wrote it: escapes decoded, the raw string preferred
+// to the event's map, and the map read for an event built by hand without the raw string.
+func TestQueryStringIsReadFromTheRawString(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("a", "board"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board"))
+
+	// %74rue is "true", escaped: a dry run, which stores nothing.
+	resp := env.Do(alice, "POST", "/v1/runs?dry_run=%74rue", oneNodeRun("dry", "board"))
+	if resp.Status != 200 || env.Count(`SELECT count(*) FROM runs WHERE run_id = 'dry'`) != 0 {
+		t.Fatalf("?dry_run=%%74rue: %s", resp)
+	}
+	list := func(ev events.APIGatewayV2HTTPRequest) []string {
+		t.Helper()
+		resp := env.Invoke("query", ev)
+		var body struct {
+			Runs []store.Run `json:"runs"`
+		}
+		resp.Decode(t, &body)
+		if resp.Status != 200 {
+			t.Fatalf("%q %v: %s", ev.RawQueryString, ev.QueryStringParameters, resp)
+		}
+		var ids []string
+		for _, r := range body.Runs {
+			ids = append(ids, r.RunID)
+		}
+		return ids
+	}
+	ev, _ := env.Event(alice, "GET", "/v1/runs?state=%51UEUED", nil)
+	if ids := list(ev); len(ids) != 1 || ids[0] != "b" {
+		t.Fatalf("?state=%%51UEUED listed %v, want [b]", ids)
+	}
+	// The raw string wins over a map that disagrees with it.
+	ev.QueryStringParameters = map[string]string{"state": "RUNNING"}
+	if ids := list(ev); len(ids) != 1 || ids[0] != "b" {
+		t.Fatalf("the map was read over the raw string: %v", ids)
+	}
+	// A hand-built event with only the map.
+	ev.RawQueryString, ev.QueryStringParameters = "", map[string]string{"state": "RUNNING"}
+	if ids := list(ev); len(ids) != 1 || ids[0] != "a" {
+		t.Fatalf("state=RUNNING from the map listed %v, want [a]", ids)
+	}
+	ev.QueryStringParameters = map[string]string{"colour": "red"}
+	if resp := env.Invoke("query", ev); resp.Status != 400 || !strings.Contains(string(resp.Body), `"path":"colour"`) {
+		t.Fatalf("an unknown parameter in the map: %s", resp)
+	}
+
+	// Credentials come first: a caller without them learns nothing about the parameters.
+	if resp := env.Do(apitest.Nobody, "GET", "/v1/runs?colour=red", nil); resp.Status != 401 {
+		t.Fatalf("no principal, unknown parameter: %s", resp)
 	}
 }

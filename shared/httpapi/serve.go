@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -39,7 +43,8 @@ type call struct {
 	d     Deps
 	req   events.APIGatewayV2HTTPRequest
 	who   auth.Principal
-	runID string // for the log line
+	runID string            // for the log line
+	query map[string]string // the query parameters, each once and declared by the endpoint
 }
 
 // reply is an endpoint's answer.
@@ -48,21 +53,31 @@ type reply struct {
 	body   any
 }
 
-// endpoint serves one route. Public endpoints (healthz) need no principal.
+// endpoint serves one route. Public endpoints (healthz) need no principal. query lists the
+// query parameters it reads; any other is refused, so a misspelt one is not silently ignored.
 type endpoint struct {
 	public bool
+	query  []string
 	serve  func(*call) (reply, error)
 }
 
 // handler turns a function's endpoints into one Lambda handler: it finds the route, the
 // principal and the request id, runs the endpoint, and writes one log line per invocation.
 // A panic becomes a 500 whose body says nothing about why; the log has the stack.
+//
+// Each request runs under one deadline (config.Database.RequestDeadline) that covers the wait
+// for a pool connection, every statement, the COMMIT and the wake: a row held elsewhere, or a
+// pool with no connection free, costs a client a 503 within it, never a wait without end that
+// fills the pool for everyone else. The wake only logs its failures, so a deadline that passes
+// there still answers what was committed.
 func handler(d Deps, endpoints map[string]endpoint) Handler {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
 		start := time.Now()
+		ctx, cancel := context.WithTimeout(ctx, d.Config.Database.RequestDeadline())
+		defer cancel()
 		c := &call{ctx: ctx, d: d, req: req}
 		defer func() {
 			if p := recover(); p != nil {
@@ -84,6 +99,11 @@ func handler(d Deps, endpoints map[string]endpoint) Handler {
 			}
 			c.who = who
 		}
+		query, bad := parseQuery(req, ep.query)
+		if bad != nil {
+			return c.problem(bad), nil
+		}
+		c.query = query
 		r, err := ep.serve(c)
 		if err != nil {
 			return c.problem(c.toProblem(err)), nil
@@ -111,14 +131,29 @@ var errorCodes = []struct {
 	{store.ErrNotRunnable, problem.NotRunnable},
 	{store.ErrResultConflict, problem.ResultConflict},
 	{store.ErrRunNotLive, problem.RunNotLive},
+	// Transient: the same call may succeed in a moment (each route is safe to repeat).
 	{context.DeadlineExceeded, problem.Unavailable},
 	{store.ErrRetry, problem.Unavailable},
+	{store.ErrUnavailable, problem.Unavailable},
+	// A write refused because another writer changed its node meanwhile, past the store's own
+	// retries: a lost race, not the client's mistake.
+	{store.ErrNodeTaken, problem.Unavailable},
 }
 
 func (c *call) toProblem(err error) *problem.Problem {
-	var p *problem.Problem
+	p, known := ProblemFor(err)
+	if !known {
+		// Ours to fix, and its text may name SQL: it goes to the log only.
+		c.d.Log.Error("unhandled error", "request_id", c.req.RequestContext.RequestID, "route", c.req.RouteKey, "error", err.Error())
+	}
+	return p
+}
+
+// ProblemFor is what a client is told of err: a problem an endpoint raised, the problem
+// errorCodes gives a store error, or — not known, a bug the caller logs — 500 internal.
+func ProblemFor(err error) (p *problem.Problem, known bool) {
 	if errors.As(err, &p) {
-		return p
+		return p, true
 	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
@@ -126,20 +161,19 @@ func (c *call) toProblem(err error) *problem.Problem {
 			if ended := (*store.RunNotLiveError)(nil); errors.As(err, &ended) {
 				p.Run = ended.Run
 			}
-			return p
+			return p, true
 		}
 	}
-	// Anything else is ours to fix, and its text may name SQL: it goes to the log only.
-	c.d.Log.Error("unhandled error", "request_id", c.req.RequestContext.RequestID, "route", c.req.RouteKey, "error", err.Error())
-	if store.Unreachable(err) {
-		return problem.New(problem.Unavailable, "the database cannot be reached")
-	}
-	return problem.New(problem.Internal, "")
+	return problem.New(problem.Internal, ""), false
 }
 
 func (c *call) problem(p *problem.Problem) events.APIGatewayV2HTTPResponse {
 	p.RequestID = c.req.RequestContext.RequestID
-	return c.respond(p.Status, "application/problem+json", p)
+	resp := c.respond(p.Status, "application/problem+json", p)
+	if after := p.RetryAfter(); after != "" {
+		resp.Headers["retry-after"] = after
+	}
+	return resp
 }
 
 func (c *call) json(status int, body any) events.APIGatewayV2HTTPResponse {
@@ -232,12 +266,12 @@ func (c *call) allow(kinds ...auth.Kind) error {
 			return nil
 		}
 	}
-	return problem.New(problem.Forbidden, "this route is not for a "+string(c.who.Kind)+" principal")
+	return problem.New(problem.Forbidden, "this route is not for "+string(c.who.Kind)+" principals")
 }
 
 // flag reads a boolean query parameter.
 func (c *call) flag(name string) (bool, error) {
-	switch c.req.QueryStringParameters[name] {
+	switch c.query[name] {
 	case "", "false", "0":
 		return false, nil
 	case "true", "1":
@@ -246,21 +280,72 @@ func (c *call) flag(name string) (bool, error) {
 	return false, problem.Invalid([]problem.FieldError{{Path: name, Message: "must be true or false"}})
 }
 
+// parseQuery reads the query string as the client wrote it: the event's decoded map cannot
+// tell a pair that does not decode (?dry_run=%74rue% was lost, and the run stored for real)
+// or a repeated parameter (joined with commas) from a plain one. Each parameter must be one
+// the endpoint declares, given once. The map is read only for an event without the raw
+// string (built by hand).
+func parseQuery(req events.APIGatewayV2HTTPRequest, accepted []string) (map[string]string, *problem.Problem) {
+	values := url.Values{}
+	if raw := req.RawQueryString; raw != "" {
+		var err error
+		if values, err = url.ParseQuery(raw); err != nil {
+			return nil, problem.Invalid([]problem.FieldError{malformedQuery(raw)})
+		}
+	} else {
+		for k, v := range req.QueryStringParameters {
+			values[k] = []string{v}
+		}
+	}
+	var errs []problem.FieldError
+	out := make(map[string]string, len(values))
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		switch {
+		case !slices.Contains(accepted, name):
+			errs = append(errs, problem.FieldError{Path: name, Message: "unknown query parameter"})
+		case len(values[name]) > 1:
+			errs = append(errs, problem.FieldError{Path: name, Message: "must be given at most once"})
+		default:
+			out[name] = values[name][0]
+		}
+	}
+	if errs != nil {
+		return nil, problem.Invalid(errs)
+	}
+	return out, nil
+}
+
+// malformedQuery names the first pair url.ParseQuery refuses, by its parameter when that
+// much can be read.
+func malformedQuery(raw string) problem.FieldError {
+	for _, pair := range strings.Split(raw, "&") {
+		if _, err := url.ParseQuery(pair); err != nil {
+			name, _, _ := strings.Cut(pair, "=")
+			if n, err := url.QueryUnescape(name); err == nil && !strings.Contains(n, ";") {
+				return problem.FieldError{Path: n, Message: "is not a well-formed query parameter (a bad %-escape or a ';')"}
+			}
+			break
+		}
+	}
+	return problem.FieldError{Path: "", Message: "the query string is malformed (a bad %-escape or a ';')"}
+}
+
 // viewer is who reads runs: clients see their own, admins everything.
 func (c *call) viewer() store.Viewer {
 	return store.Viewer{Owner: c.who.Owner(), Admin: c.who.IsAdmin()}
 }
 
 // pathID reads an identifier from the path, by the pattern it was stored under (IDPattern
-// unless given); one that could never have been stored is simply not found. A run_id goes
-// into the call's log line.
+// unless given). One that could never have been stored is a malformed request (400 at the
+// parameter's name), not an unknown id: the client learns to fix it rather than look for it.
+// A run_id goes into the call's log line.
 func (c *call) pathID(name string, pattern ...*regexp.Regexp) (string, error) {
 	v, re := c.req.PathParameters[name], request.IDPattern
 	if len(pattern) > 0 {
 		re = pattern[0]
 	}
 	if !re.MatchString(v) {
-		return "", problem.New(problem.NotFound, "")
+		return "", problem.Invalid([]problem.FieldError{{Path: name, Message: "must match " + re.String()}})
 	}
 	if name == "run_id" {
 		c.runID = v

@@ -12,7 +12,7 @@ import (
 
 // Submit serves POST /v1/runs.
 func Submit(d Deps) Handler {
-	return handler(d, map[string]endpoint{"POST /v1/runs": {serve: submit}})
+	return handler(d, map[string]endpoint{"POST /v1/runs": {query: []string{"dry_run"}, serve: submit}})
 }
 
 // unmet is a role no node of the fleet could ever serve.

@@ -32,18 +32,18 @@ var table = map[string]struct {
 	title  string
 }{
 	InvalidRequest:       {http.StatusBadRequest, "The request is not valid"},
-	Unauthenticated:      {http.StatusUnauthorized, "No credentials were presented"},
+	Unauthenticated:      {http.StatusUnauthorized, "Authentication required"}, // no credentials, or ones not valid
 	Forbidden:            {http.StatusForbidden, "Not allowed for this principal"},
 	NotFound:             {http.StatusNotFound, "Not found"},
 	RunIDConflict:        {http.StatusConflict, "The run_id is already used by a different request"},
-	StaleAssignment:      {http.StatusConflict, "The step is no longer assigned to this node under this lease"},
-	NotRunnable:          {http.StatusConflict, "The step cannot start yet"},
-	ResultConflict:       {http.StatusConflict, "The step already has a different final result"},
+	StaleAssignment:      {http.StatusConflict, "The step is not assigned to this node under this lease"},
+	NotRunnable:          {http.StatusConflict, "The step cannot take this report in its current state"},
+	ResultConflict:       {http.StatusConflict, "The report conflicts with what the step already recorded"},
 	RunNotLive:           {http.StatusConflict, "The run has already finished"},
-	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "The request is too large"},
+	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "The request, or a field of it, is too large"},
 	UnsupportedMediaType: {http.StatusUnsupportedMediaType, "The body must be JSON"},
 	Internal:             {http.StatusInternalServerError, "Something went wrong on our side"},
-	Unavailable:          {http.StatusServiceUnavailable, "The service is unavailable; try again"},
+	Unavailable:          {http.StatusServiceUnavailable, "The service is temporarily unavailable; try again"},
 }
 
 // FieldError is one thing wrong with a request, at a JSON path ("steps[2].after[0]").
@@ -82,3 +82,12 @@ func Invalid(errs []FieldError) *Problem {
 }
 
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// RetryAfter is the Retry-After header the answer carries ("" for none): a 503 is transient by
+// definition, so it says when to come back, and clients back off from there.
+func (p *Problem) RetryAfter() string {
+	if p.Status == http.StatusServiceUnavailable {
+		return "1"
+	}
+	return ""
+}

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"mediator/shared/problem"
@@ -103,6 +104,13 @@ func (c *checker) accepted(fields map[string]bool) {
 	}
 	if c.facts.depth > 33 {
 		c.fail("accepted with %d levels of nesting", c.facts.depth)
+	}
+	// encoding/json turns both into U+FFFD: the text stored would not be the text sent.
+	if !utf8.Valid(c.body) {
+		c.fail("accepted with bytes that are not UTF-8")
+	}
+	if unpairedSurrogate(c.body) {
+		c.fail("accepted with a surrogate escape that has no pair")
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(c.body, &top); err != nil {
@@ -188,6 +196,49 @@ func closingQuote(p string, i int) int {
 		}
 	}
 	return -1
+}
+
+// unpairedSurrogate reports a \uXXXX escape of a UTF-16 surrogate that is not half of a
+// high-then-low pair. It reads each run of consecutive escapes as UTF-16 and asks unicode/utf16
+// about it, a different route from the decoder's own scan. (Outside a string a backslash is
+// not JSON, so the whole body can be read.)
+func unpairedSurrogate(body []byte) bool {
+	var run []uint16
+	bad := func() bool {
+		for i := 0; i < len(run); i++ {
+			if !utf16.IsSurrogate(rune(run[i])) {
+				continue
+			}
+			if i+1 < len(run) && utf16.DecodeRune(rune(run[i]), rune(run[i+1])) != utf8.RuneError {
+				i++
+				continue
+			}
+			return true
+		}
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' || i+1 >= len(body) {
+			if bad() {
+				return true
+			}
+			run = run[:0]
+			continue
+		}
+		if body[i+1] != 'u' || i+6 > len(body) {
+			if bad() {
+				return true
+			}
+			run, i = run[:0], i+1 // \\, \", \n...: the escaped character is not an escape
+			continue
+		}
+		u, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+		if err != nil {
+			return false // not JSON; the decoder refuses it
+		}
+		run, i = append(run, uint16(u)), i+5
+	}
+	return bad()
 }
 
 // bodyFacts are what a token walk of the body sees before its first syntax error.
@@ -655,7 +706,7 @@ func hasPath(errs []problem.FieldError, path string) bool {
 	return false
 }
 
-// The path oracle itself, so a fuzz failure is the decoder's and not the checker's.
+// The oracles themselves, so a fuzz failure is the decoder's and not the checker's.
 func TestValidPath(t *testing.T) {
 	t.Parallel()
 	for p, want := range map[string]bool{
@@ -674,6 +725,15 @@ func TestValidPath(t *testing.T) {
 	} {
 		if got := pgNumeric(lit); got != want {
 			t.Errorf("pgNumeric(%q) = %v, want %v", lit, got, want)
+		}
+	}
+	for body, want := range map[string]bool{
+		`"\ud83d\ude00"`: false, `"\uD83D\uDE00"`: false, `"\\ud800"`: false, `"\u00e9\ufffd"`: false, `"a\\"`: false,
+		`"\ud800"`: true, `"\udc00"`: true, `"\ud83dx\ude00"`: true, `"\ud83d\n\ude00"`: true, `"\ude00\ud83d"`: true,
+		`"\\\ud800"`: true, `"\ud83d\ude00\udc00"`: true, `{"\ud800":1}`: true,
+	} {
+		if got := unpairedSurrogate([]byte(body)); got != want {
+			t.Errorf("unpairedSurrogate(%s) = %v, want %v", body, got, want)
 		}
 	}
 }

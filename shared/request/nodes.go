@@ -20,6 +20,10 @@ func Heartbeat(nodeID string, body []byte) (store.HeartbeatParams, []problem.Fie
 		if ls := labelsUpTo(o, "labels", v, MaxLabels); ls != nil {
 			p.Labels = ls
 		}
+	} else if _, present := o.m["labels"]; present {
+		// null could mean "keep them" as well as "none", and taken as none it would drop a
+		// node's every label: refused, as [] says none.
+		o.fail("labels", "must be an array of labels (send [] for none)")
 	}
 	p.Draining = o.boolean("draining")
 	o.done()

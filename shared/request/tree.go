@@ -1,7 +1,8 @@
 // Package request decodes and validates every request body Mediator accepts. A body is parsed
-// into a tree first — refusing duplicate keys, trailing data, NUL characters, numbers that do
-// not fit a double and absurd nesting, none of which encoding/json refuses — and then read
-// field by field, so a 400 lists every problem with its path instead of the first one.
+// into a tree first — refusing duplicate keys, trailing data, NUL characters, invalid UTF-8,
+// lone surrogate escapes, numbers that do not fit a double and absurd nesting, none of which
+// encoding/json refuses — and then read field by field, so a 400 lists every problem with its
+// path instead of the first one.
 package request
 
 import (
@@ -15,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"mediator/shared/problem"
 )
@@ -28,7 +30,8 @@ const maxDepth = 32
 func parse(body []byte) (any, []problem.FieldError) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	v, err := parseValue(dec, "", 0)
+	p := &parser{dec: dec, body: body}
+	v, err := p.value("", 0)
 	if err != nil {
 		return nil, []problem.FieldError{err.field()}
 	}
@@ -46,24 +49,42 @@ func (e *parseError) field() problem.FieldError {
 	return problem.FieldError{Path: e.path, Message: e.msg}
 }
 
-func parseValue(dec *json.Decoder, path string, depth int) (any, *parseError) {
+// parser walks the decoder's tokens, keeping the body so a string can be checked as it was
+// written: encoding/json turns invalid UTF-8 and lone surrogate escapes into U+FFFD without
+// an error, and that would store a text the client never sent.
+type parser struct {
+	dec  *json.Decoder
+	body []byte
+}
+
+// token is the next token and the bytes it was read from (with any separator before it).
+func (p *parser) token() (json.Token, []byte, error) {
+	start := p.dec.InputOffset()
+	tok, err := p.dec.Token()
+	return tok, p.body[start:p.dec.InputOffset()], err
+}
+
+func (p *parser) value(path string, depth int) (any, *parseError) {
 	if depth > maxDepth {
 		return nil, &parseError{path, fmt.Sprintf("nested deeper than %d levels", maxDepth)}
 	}
-	tok, err := dec.Token()
+	tok, raw, err := p.token()
 	if err != nil {
-		return nil, syntaxError(path, dec, err)
+		return nil, p.syntaxError(path, err)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
 		if t == '{' {
-			return parseObject(dec, path, depth)
+			return p.object(path, depth)
 		}
 		if t == '[' {
-			return parseArray(dec, path, depth)
+			return p.array(path, depth)
 		}
 		return nil, &parseError{path, "malformed JSON"}
 	case string:
+		if msg := badText(raw); msg != "" {
+			return nil, &parseError{path, msg}
+		}
 		if strings.ContainsRune(t, 0) {
 			return nil, &parseError{path, "must not contain NUL characters"}
 		}
@@ -78,12 +99,17 @@ func parseValue(dec *json.Decoder, path string, depth int) (any, *parseError) {
 	}
 }
 
-func parseObject(dec *json.Decoder, path string, depth int) (any, *parseError) {
+// object reads an object's members. A key that cannot be kept as sent is blamed on the
+// object: a path could not name it.
+func (p *parser) object(path string, depth int) (any, *parseError) {
 	m := map[string]any{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for p.dec.More() {
+		tok, raw, err := p.token()
 		if err != nil {
-			return nil, syntaxError(path, dec, err)
+			return nil, p.syntaxError(path, err)
+		}
+		if msg := badText(raw); msg != "" {
+			return nil, &parseError{path, "a key " + msg}
 		}
 		key, _ := tok.(string)
 		kp := join(path, key)
@@ -93,29 +119,29 @@ func parseObject(dec *json.Decoder, path string, depth int) (any, *parseError) {
 		if _, dup := m[key]; dup {
 			return nil, &parseError{kp, "duplicate key"}
 		}
-		v, perr := parseValue(dec, kp, depth+1)
+		v, perr := p.value(kp, depth+1)
 		if perr != nil {
 			return nil, perr
 		}
 		m[key] = v
 	}
-	if _, err := dec.Token(); err != nil {
-		return nil, syntaxError(path, dec, err)
+	if _, err := p.dec.Token(); err != nil {
+		return nil, p.syntaxError(path, err)
 	}
 	return m, nil
 }
 
-func parseArray(dec *json.Decoder, path string, depth int) (any, *parseError) {
+func (p *parser) array(path string, depth int) (any, *parseError) {
 	var a []any
-	for dec.More() {
-		v, perr := parseValue(dec, fmt.Sprintf("%s[%d]", path, len(a)), depth+1)
+	for p.dec.More() {
+		v, perr := p.value(fmt.Sprintf("%s[%d]", path, len(a)), depth+1)
 		if perr != nil {
 			return nil, perr
 		}
 		a = append(a, v)
 	}
-	if _, err := dec.Token(); err != nil {
-		return nil, syntaxError(path, dec, err)
+	if _, err := p.dec.Token(); err != nil {
+		return nil, p.syntaxError(path, err)
 	}
 	if a == nil {
 		a = []any{}
@@ -123,11 +149,57 @@ func parseArray(dec *json.Decoder, path string, depth int) (any, *parseError) {
 	return a, nil
 }
 
-func syntaxError(path string, dec *json.Decoder, err error) *parseError {
+func (p *parser) syntaxError(path string, err error) *parseError {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return &parseError{path, "the JSON ends too early"}
 	}
-	return &parseError{path, fmt.Sprintf("malformed JSON near byte %d", dec.InputOffset())}
+	return &parseError{path, fmt.Sprintf("malformed JSON near byte %d", p.dec.InputOffset())}
+}
+
+// badText says why a string's JSON text, as the decoder read it, would not decode to the
+// characters sent ("" when it would): bytes that are not UTF-8, or a \uXXXX escape of half
+// a surrogate pair without the other half. The decoder has checked the escapes' syntax.
+func badText(raw []byte) string {
+	if !utf8.Valid(raw) {
+		return "must be valid UTF-8"
+	}
+	const lone = `must not contain a lone UTF-16 surrogate (a \ud800-\udfff escape without its pair)`
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: a second backslash is skipped with it
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1:])
+		i += 4
+		switch {
+		case r >= 0xd800 && r < 0xdc00: // high: a low escape must follow at once
+			if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo := hex4(raw[i+3:]); lo >= 0xdc00 && lo < 0xe000 {
+					i += 6
+					continue
+				}
+			}
+			return lone
+		case r >= 0xdc00 && r < 0xe000:
+			return lone
+		}
+	}
+	return ""
+}
+
+// hex4 is the value of the four hex digits b starts with, or -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return rune(n)
 }
 
 // plainKey is a key a path can carry as it is; any other key is written in bracket form,

@@ -23,6 +23,9 @@ type CancelResult struct {
 	// still running steps will acknowledge it (or the reaper settles it after CANCEL_GRACE).
 	Settled  bool
 	Released int
+	// CapacityAppeared: the cancel released a lease, or took a starving run out of the queue
+	// whose protection kept nodes from younger runs. The caller wakes the queue exactly then.
+	CapacityAppeared bool
 }
 
 // cancelWriteSQL records a cooperative cancel of a run with steps still running: the intent
@@ -65,34 +68,36 @@ func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error
 		if err != nil {
 			return err
 		}
-		res, err = cancelLocked(ctx, tx, lr, p)
-		return err
-	})
-	if err != nil && !errors.Is(err, ErrRunNotLive) {
-		return res, err
-	}
-	run, readErr := s.GetRun(ctx, p.RunID, Viewer{Admin: true})
-	if err != nil { // not live: say how it ended
-		if readErr == nil {
-			err = &RunNotLiveError{Run: run}
+		res, err = s.cancelLocked(ctx, tx, lr, p)
+		if err != nil && !errors.Is(err, ErrRunNotLive) {
+			return err
 		}
-		return res, err
-	}
-	res.Run = run
-	return res, readErr
+		// The answer is read before COMMIT: once the cancel is committed, nothing may turn
+		// the answer into an error (a request deadline passing, a dropped connection).
+		run, readErr := getRun(ctx, tx, p.RunID)
+		if readErr != nil {
+			return readErr
+		}
+		if err != nil { // not live: say how it ended
+			return &RunNotLiveError{Run: run}
+		}
+		res.Run = run
+		return nil
+	})
+	return res, err
 }
 
-func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) (CancelResult, error) {
+func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) (CancelResult, error) {
 	if Terminal(lr.state) {
 		return CancelResult{}, ErrRunNotLive
 	}
 	if lr.state == Queued || p.Force || !slices.ContainsFunc(lr.steps, func(st reportStep) bool { return st.State == Running }) {
-		_, freed, err := endRuns(ctx, tx, ending{
+		ended, err := s.endRuns(ctx, tx, ending{
 			due:  `SELECT run_id FROM runs WHERE run_id = @run_id::text FOR UPDATE`,
 			from: lr.state, state: Cancelled, reason: ReasonCancelled, kind: "cancelled", pendingTo: Cancelled,
 			args: named{"run_id": p.RunID, "cancel_reason": nullIfEmpty(p.Reason)},
 		})
-		return CancelResult{Settled: true, Released: freed}, err
+		return CancelResult{Settled: true, Released: ended.freed, CapacityAppeared: ended.madeRoom()}, err
 	}
 	after := make([]reportStep, len(lr.steps))
 	for i, st := range lr.steps {
@@ -105,5 +110,5 @@ func cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) 
 	err := tx.QueryRow(ctx, cancelWriteSQL, named{
 		"run_id": p.RunID, "reason": nullIfEmpty(p.Reason), "release": finalRoles(after), "first": !lr.cancelling,
 	}).Scan(&released)
-	return CancelResult{Released: released}, err
+	return CancelResult{Released: released, CapacityAppeared: released > 0}, err
 }

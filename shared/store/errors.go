@@ -29,6 +29,10 @@ var (
 	ErrInvariant = errors.New("store: invariant violated")
 	// ErrRetry is a transaction that lost a race the database resolved (deadlock, serialization).
 	ErrRetry = errors.New("store: transient conflict")
+	// ErrUnavailable: the database could not serve the call now — a statement or lock timeout
+	// (a row held elsewhere), too many connections, a shutdown, a lost connection. Transient:
+	// every call is safe to repeat, so the client retries.
+	ErrUnavailable = errors.New("store: the database is unavailable; try again")
 )
 
 // RunNotLiveError is ErrRunNotLive with the run as it ended, which the answer carries.
@@ -69,6 +73,9 @@ func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	var pg *pgconn.PgError
 	if !errors.As(err, &pg) {
 		return err
@@ -96,17 +103,23 @@ func pgCode(err error) string {
 	return ""
 }
 
-// Unreachable reports whether err means the database could not be reached, or dropped the
-// connection mid-request (a failover, pg_terminate_backend): the client may retry.
-func Unreachable(err error) bool {
+// unavailable reports whether err is the database being unable to serve the call right now,
+// rather than refusing it: nothing about the request is wrong, and the same call may succeed in
+// a moment.
+func unavailable(err error) bool {
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
 	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return true
 	}
-	code := pgCode(err)
-	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+	switch code := pgCode(err); {
+	case strings.HasPrefix(code, "08"): // connection exception
+		return true
+	case code == "57014", // query_canceled: statement_timeout
+		code == "55P03",                                   // lock_not_available: lock_timeout
+		code == "53300",                                   // too_many_connections
+		code == "57P01", code == "57P02", code == "57P03": // admin shutdown, crash, cannot connect now
+		return true
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,9 +25,10 @@ type HeartbeatResult struct {
 	Node  Node
 	Lease *HeldLease
 	Steps []NodeStep
-	// CapacityAppeared: this heartbeat made a node available that was not (new, back from an
-	// expired advert, drain lifted, labels changed, or a restart released its lease). Only
-	// then does the handler wake the queue: a routine heartbeat must not turn the wake into
+	// CapacityAppeared: this heartbeat changed what the queue may place on the node, and the
+	// node is available (new, back from an expired advert, drain lifted, labels changed, or
+	// a new boot — see heartbeatSQL), or a restart released its run-mates' leases. Only then
+	// does the handler wake the queue: a routine heartbeat must not turn the wake into
 	// polling.
 	CapacityAppeared bool
 	// Released is how many leases the restart released (the lost node's and its run-mates').
@@ -101,7 +103,11 @@ WITH prev AS (
 SELECT
     EXISTS (SELECT 1 FROM stale),
     (SELECT boot_id FROM prev),
-    coalesce((SELECT advert_expires_at <= now() OR draining AND NOT @draining::bool OR labels <> @labels::text[] FROM prev), true),
+    -- What makes the node newly usable. A new boot counts even on a free node: a promotion
+    -- that chose it under the old boot is refused at its COMMIT (leases_held_under_current_boot)
+    -- once this commits, and its wake does not come back; this heartbeat's wake stands in.
+    coalesce((SELECT advert_expires_at <= now() OR draining AND NOT @draining::bool OR labels <> @labels::text[]
+                     OR boot_id <> @boot_id::text FROM prev), true),
     node.node_id, node.labels, node.boot_id, node.draining, node.last_seen_at,
     lease.run_id, lease.epoch, lease.expires_at,
     ` + leaseStepsSQL + `
@@ -199,10 +205,10 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 			return ErrRetry
 		}
 		res.Released = released
-		// The run-mates' nodes are free to take work whatever this node says; this node only
-		// if it is not draining. (Judged by this node alone, a restart that came back draining
-		// left its run-mates idle beside the queue until the reaper's stranded-run detector.)
-		res.CapacityAppeared = res.CapacityAppeared || released > own || (own > 0 && !p.Draining)
+		// The run-mates' nodes are free to take work whatever this node says (this node, by
+		// its new boot, as scanHeartbeat judged). Judged by this node alone, a restart that came
+		// back draining left its run-mates idle beside the queue.
+		res.CapacityAppeared = res.CapacityAppeared || released > own
 		return nil
 	})
 	return res, err
@@ -244,7 +250,9 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		return res, true, nil
 	}
 	if nodeID == nil {
-		return res, false, errors.New("store: heartbeat wrote no advert")
+		// The node was removed between the statement's snapshot and its update: the next
+		// try registers it anew.
+		return res, false, fmt.Errorf("%w: the node was removed during its heartbeat", ErrRetry)
 	}
 	res.Node = Node{NodeID: *nodeID, Labels: labels, BootID: *bootID, Draining: *draining, LastSeenAt: *lastSeen, State: "idle"}
 	if res.Node.Draining {
@@ -299,6 +307,9 @@ func (s *Store) ListLeases(ctx context.Context) ([]Lease, error) {
 type RemoveResult struct {
 	Released   int `json:"released"`    // leases released (the node's and its run-mates')
 	Unservable int `json:"runs_failed"` // queued runs no remaining node could ever serve
+	// CapacityAppeared: leases were released, or a failed run was a starving one whose
+	// protection kept nodes from younger runs. The caller wakes the queue exactly then.
+	CapacityAppeared bool `json:"-"`
 }
 
 // RemoveNode takes a node out of the fleet (DELETE /v1/nodes/{node_id}). A run holding it loses
@@ -330,8 +341,15 @@ func (s *Store) RemoveNode(ctx context.Context, nodeID string) (RemoveResult, er
 	if err != nil {
 		return RemoveResult{}, err
 	}
-	res.Unservable, err = s.failUnservable(ctx)
-	return res, err
+	// The removal is committed: from here a failure must not turn the answer into an error.
+	// The runs left unfailed are failed by the next removal or retirement.
+	unservable, err := s.failUnservable(ctx)
+	if err != nil {
+		s.log.Warn("failing unservable runs after a node's removal", "node_id", nodeID, "error", err.Error())
+	}
+	res.Unservable = unservable.runs
+	res.CapacityAppeared = res.Released > 0 || unservable.madeRoom()
+	return res, nil
 }
 
 // unservableBatch bounds each transaction that fails unservable runs.
@@ -351,31 +369,31 @@ const unservableDue = `
 	FOR UPDATE SKIP LOCKED`
 
 // failUnservable fails the queued runs that no node of the fleet, live or not, could ever
-// serve (SPEC.md §5, reap step 6; DELETE /v1/nodes). It returns how many it failed.
-func (s *Store) failUnservable(ctx context.Context) (int, error) {
+// serve (SPEC.md §5, reap step 6; DELETE /v1/nodes), and says what it ended.
+func (s *Store) failUnservable(ctx context.Context) (endedRuns, error) {
+	var failed endedRuns
 	var fleetPrint string
 	if err := s.pool.QueryRow(ctx, fleetPrintSQL).Scan(&fleetPrint); err != nil {
-		return 0, translate(err)
+		return failed, translate(err)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT shape FROM runs WHERE state = 'QUEUED' AND NOT wait_for_capacity`)
 	if err != nil {
-		return 0, translate(err)
+		return failed, translate(err)
 	}
 	shapes, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil || len(shapes) == 0 {
-		return 0, translate(err)
+		return failed, translate(err)
 	}
 	fleet, err := s.ListNodes(ctx)
 	if err != nil {
-		return 0, err
+		return failed, err
 	}
-	failed := 0
 	for _, shape := range shapes {
 		if servable(shape, fleet) {
 			continue
 		}
 		for {
-			n, _, err := endRuns(ctx, s.pool, ending{
+			ended, err := s.endRuns(ctx, s.pool, ending{
 				due: unservableDue, from: Queued, state: Failed, reason: ReasonNoCapableNode,
 				kind: "unservable", pendingTo: Skipped,
 				args: named{"shape": shape, "fleet": fleetPrint, "batch": unservableBatch},
@@ -383,8 +401,9 @@ func (s *Store) failUnservable(ctx context.Context) (int, error) {
 			if err != nil {
 				return failed, err
 			}
-			failed += n
-			if n < unservableBatch {
+			failed.runs += ended.runs
+			failed.unblocked += ended.unblocked
+			if ended.runs < unservableBatch {
 				break
 			}
 		}

@@ -39,38 +39,36 @@ const reapMargin = 3 * time.Second
 // whose condition no longer holds changes nothing.
 func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 	var sum ReapSummary
-	var freed int
-	steps := []func(context.Context, *ReapSummary) (int, error){
+	madeRoom := false
+	steps := []func(context.Context, *ReapSummary) (bool, error){
 		s.reapExpiredLeases, // 1
 		s.reapCancelGrace,   // 2
 		s.reapTimeouts,      // 3
 		s.reapQueueTimeouts, // 4
+		// 6, before the wake: failing a starving run that no node can serve any more frees the
+		// nodes its protection held, and the wake below must see that.
+		s.reapRetired,
 	}
 	for _, step := range steps {
-		n, err := step(ctx, &sum)
-		freed += n
+		room, err := step(ctx, &sum)
+		madeRoom = madeRoom || room
 		if err != nil {
 			return sum, err
 		}
 	}
-	// 5: a wake when something was released; otherwise the stranded-run detector, which is
-	// the same wake: it only places a run that could be placed right now, and costs one query
-	// when no node is available.
+	// 5: a wake when a step made room; otherwise the stranded-run detector, which is the same
+	// wake: it only places a run that could be placed right now, and costs one query when no
+	// node is available.
 	wake, err := s.WakeQueued(ctx)
 	if err != nil {
 		return sum, err
 	}
 	sum.Walked = wake.Walked
-	if freed > 0 {
+	if madeRoom {
 		sum.Promoted = wake.Promoted
 	} else if wake.Promoted > 0 {
 		sum.Stranded = wake.Promoted
 		s.log.Warn("stranded_runs_recovered", "count", wake.Promoted)
-	}
-	// 6: nodes silent past NODE_RETIRE_AFTER leave the fleet, and with them what only they
-	// could serve.
-	if err := s.reapRetired(ctx, &sum); err != nil {
-		return sum, err
 	}
 	return sum, nil
 }
@@ -84,17 +82,17 @@ func inTime(ctx context.Context) bool {
 // reapExpiredLeases (step 1) reaps each expired lease in its own transaction, only if it is
 // still the same grant and still expired when the write happens: a renewal between the read
 // and the write wins.
-func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (int, error) {
+func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, error) {
 	freed := 0
 	for inTime(ctx) {
 		rows, err := s.pool.Query(ctx, `
 			SELECT node_id, epoch FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT $1`, reapBatch)
 		if err != nil {
-			return freed, translate(err)
+			return freed > 0, translate(err)
 		}
 		due, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leaseRef])
 		if err != nil {
-			return freed, translate(err)
+			return freed > 0, translate(err)
 		}
 		progress := false
 		for _, l := range due {
@@ -103,7 +101,7 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (int, e
 			}
 			lost, n, err := s.reapLease(ctx, l)
 			if err != nil {
-				return freed, err
+				return freed > 0, err
 			}
 			if lost {
 				sum.Expired++
@@ -116,7 +114,7 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (int, e
 		}
 	}
 	sum.Unfinished = sum.Unfinished || !inTime(ctx)
-	return freed, nil
+	return freed > 0, nil
 }
 
 // reapLease is one expired lease's transaction.
@@ -142,7 +140,7 @@ const (
 		ORDER BY deadline_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
 )
 
-func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (int, error) {
+func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.Cancelled, sum, ending{
 		due: cancelGraceDue, from: Running, state: Cancelled, reason: ReasonCancelled,
 		kind: "cancel_grace_expired", pendingTo: Cancelled,
@@ -150,40 +148,41 @@ func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (int, err
 	})
 }
 
-func (s *Store) reapTimeouts(ctx context.Context, sum *ReapSummary) (int, error) {
+func (s *Store) reapTimeouts(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.TimedOut, sum, ending{
 		due: timeoutDue, from: Running, state: Failed, reason: ReasonTimeout,
 		kind: "timed_out", pendingTo: Cancelled,
 	})
 }
 
-func (s *Store) reapQueueTimeouts(ctx context.Context, sum *ReapSummary) (int, error) {
+func (s *Store) reapQueueTimeouts(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.QueueTimedOut, sum, ending{
 		due: queueTimeoutDue, from: Queued, state: Failed, reason: ReasonQueueTimeout,
 		kind: "queue_timed_out", pendingTo: Skipped,
 	})
 }
 
-// endInBatches ends what e selects, a batch per transaction, until nothing is due.
-func (s *Store) endInBatches(ctx context.Context, count *int, sum *ReapSummary, e ending) (int, error) {
+// endInBatches ends what e selects, a batch per transaction, until nothing is due. It says
+// whether an end made room for a queued run.
+func (s *Store) endInBatches(ctx context.Context, count *int, sum *ReapSummary, e ending) (bool, error) {
 	if e.args == nil {
 		e.args = named{}
 	}
 	e.args["batch"] = reapBatch
-	freed := 0
+	madeRoom := false
 	for inTime(ctx) {
-		ended, n, err := endRuns(ctx, s.pool, e)
+		ended, err := s.endRuns(ctx, s.pool, e)
 		if err != nil {
-			return freed, err
+			return madeRoom, err
 		}
-		*count += ended
-		freed += n
-		if ended < reapBatch {
-			return freed, nil
+		*count += ended.runs
+		madeRoom = madeRoom || ended.madeRoom()
+		if ended.runs < reapBatch {
+			return madeRoom, nil
 		}
 	}
 	sum.Unfinished = true
-	return freed, nil
+	return madeRoom, nil
 }
 
 // retireSQL removes nodes silent past NODE_RETIRE_AFTER. A node that still holds a lease is
@@ -196,12 +195,13 @@ const retireSQL = `
 	    LIMIT @batch::int FOR UPDATE SKIP LOCKED)
 	  AND last_seen_at < now() - @retire::float8 * interval '1 second'`
 
-// reapRetired is step 6.
-func (s *Store) reapRetired(ctx context.Context, sum *ReapSummary) error {
+// reapRetired is step 6: nodes silent past NODE_RETIRE_AFTER leave the fleet, and with them
+// the queued runs only they could serve.
+func (s *Store) reapRetired(ctx context.Context, sum *ReapSummary) (bool, error) {
 	for inTime(ctx) {
 		tag, err := s.pool.Exec(ctx, retireSQL, named{"retire": s.set.RetireAfter.Seconds(), "batch": reapBatch})
 		if err != nil {
-			return translate(err)
+			return false, translate(err)
 		}
 		sum.Retired += int(tag.RowsAffected())
 		if tag.RowsAffected() < reapBatch {
@@ -209,9 +209,9 @@ func (s *Store) reapRetired(ctx context.Context, sum *ReapSummary) error {
 		}
 	}
 	if sum.Retired == 0 {
-		return nil
+		return false, nil
 	}
-	n, err := s.failUnservable(ctx)
-	sum.Unservable += n
-	return err
+	failed, err := s.failUnservable(ctx)
+	sum.Unservable += failed.runs
+	return failed.madeRoom(), err
 }

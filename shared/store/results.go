@@ -35,6 +35,9 @@ type ReportResult struct {
 	// Next are the node's steps of this run that it may start now, so it can go on without
 	// waiting for its next heartbeat.
 	Next []NodeStep
+	// CapacityAppeared: the report released a lease (partial release or the settle). A retry
+	// (rollback to PENDING) frees nothing. The caller wakes the queue exactly then.
+	CapacityAppeared bool
 }
 
 // reportStep is a step as the report path reads it.
@@ -261,6 +264,7 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 		if wrote == 0 {
 			return ErrStaleAssignment // the step or the lease was not as decided: nothing written
 		}
+		res.CapacityAppeared = res.Released > 0
 		return nil
 	})
 	return nil

@@ -464,14 +464,20 @@ ORDER BY p.created_at DESC, p.run_id DESC`
 
 // GetRun reads one run as v may see it.
 func (s *Store) GetRun(ctx context.Context, runID string, v Viewer) (Run, error) {
-	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.run_id = $1`, runID))
+	run, err := getRun(ctx, s.pool, runID)
 	if err != nil {
-		return Run{}, translate(err)
+		return Run{}, err
 	}
 	if !v.sees(run.owner) {
 		return Run{}, ErrNotFound
 	}
 	return run, nil
+}
+
+// getRun reads one run, whoever owns it, through q (the pool, or a transaction).
+func getRun(ctx context.Context, q querier, runID string) (Run, error) {
+	run, err := scanRun(q.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r WHERE r.run_id = $1`, runID))
+	return run, translate(err)
 }
 
 func scanRun(row pgx.Row) (Run, error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"mediator/localdev/testdb"
 	"mediator/migrations"
@@ -241,5 +242,47 @@ func TestFreeNodesFollowLeasesAndNodes(t *testing.T) {
 			t.Errorf("%s: free_nodes %q, want %q", tc.name, got, tc.want)
 		}
 		_ = tx.Rollback(ctx)
+	}
+}
+
+// A deferred constraint takes its row lock at COMMIT, where statement_timeout does not reach:
+// there lock_timeout, sent with every connection, is what bounds the wait for a row another
+// session holds (SQLSTATE 55P03, not 57014). The store takes it for a transient refusal.
+func TestLockTimeoutBoundsTheWaitAtCommit(t *testing.T) {
+	t.Parallel()
+	ctx, holder := context.Background(), withFixture(t)
+	pool, err := store.Connect(ctx, store.PoolParams{
+		URL: holder.Config().ConnString(), StatementTimeout: 10 * time.Second, LockTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// n2 held as an operator's psql would hold it.
+	if _, err := holder.Exec(ctx, `BEGIN; SELECT 1 FROM nodes WHERE node_id = 'n2' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Exec(ctx, `ROLLBACK`)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// A lease on n2: its foreign key to the node (leases_held_under_current_boot) is deferred,
+	// so the statement itself takes no lock and succeeds.
+	if _, err := tx.Exec(ctx, `INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES ('r1', 'aux', 1, '{}', 'n2');
+		INSERT INTO leases (node_id, run_id, role, boot_id, expires_at) VALUES ('n2', 'r1', 'aux', 'b1', now() + interval '1 minute')`); err != nil {
+		t.Fatalf("the insert itself waited: %v", err)
+	}
+	// Bounded here too, so that without lock_timeout the test fails instead of hanging.
+	commitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = tx.Commit(commitCtx)
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "55P03" {
+		t.Fatalf("COMMIT while the node is held: %v; want lock_timeout's lock_not_available (55P03)", err)
+	}
+	if !errors.Is(store.Translate(err), store.ErrUnavailable) {
+		t.Fatalf("the store took %v for something other than unavailable", store.Translate(err))
 	}
 }

@@ -29,7 +29,7 @@ WITH due AS (%s), run AS (
                                    THEN coalesce(r.cancel_requested_at, now()) ELSE r.cancel_requested_at END,
         cancel_reason = coalesce(r.cancel_reason, @cancel_reason::text)
     FROM due WHERE r.run_id = due.run_id AND r.state = @end_from::text
-    RETURNING r.run_id, r.attempt
+    RETURNING r.run_id, r.attempt, @end_from::text = 'QUEUED' AND ` + protected + ` AS unblocks
 ), steps AS (
     -- epoch NULL: no node reported this end, so a node's report of it is fenced (409), not
     -- taken for a repeat of one (a forced cancel answered a late "cancelled" with 200).
@@ -42,19 +42,32 @@ WITH due AS (%s), run AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, attempt, @end_kind::text, @end_from::text, @end_state::text, @end_reason::text FROM run
 )
-SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed)`
+SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)`
 
-// endRuns ends what e.due selects; it returns how many runs ended and leases were freed.
-func endRuns(ctx context.Context, q querier, e ending) (ended, freed int, err error) {
+// endedRuns is what one endRuns did.
+type endedRuns struct {
+	runs  int // runs ended
+	freed int // leases released
+	// unblocked counts ended queued runs that starvation protection held nodes for: younger
+	// runs may take those nodes now.
+	unblocked int
+}
+
+// madeRoom says whether the end may have made room for a queued run: the caller wakes then.
+func (e endedRuns) madeRoom() bool { return e.freed > 0 || e.unblocked > 0 }
+
+// endRuns ends what e.due selects.
+func (s *Store) endRuns(ctx context.Context, q querier, e ending) (endedRuns, error) {
 	args := named{
 		"end_state": e.state, "end_reason": e.reason, "end_from": e.from, "end_kind": e.kind,
-		"pending_to": e.pendingTo, "cancel_reason": nil,
+		"pending_to": e.pendingTo, "cancel_reason": nil, "starvation": s.set.Starvation.Seconds(),
 	}
 	for k, v := range e.args {
 		args[k] = v
 	}
-	err = q.QueryRow(ctx, fmt.Sprintf(endSQL, e.due), args).Scan(&ended, &freed)
-	return ended, freed, translate(err)
+	var res endedRuns
+	err := q.QueryRow(ctx, fmt.Sprintf(endSQL, e.due), args).Scan(&res.runs, &res.freed, &res.unblocked)
+	return res, translate(err)
 }
 
 // querier is a pool or a transaction.

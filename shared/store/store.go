@@ -42,6 +42,7 @@ type PoolParams struct {
 	AppName          string
 	MaxConns         int32
 	StatementTimeout time.Duration
+	LockTimeout      time.Duration
 	IdleInTxTimeout  time.Duration
 	// BeforeConnect, when set, fills in credentials for each new connection (an RDS IAM
 	// token is only good for 15 minutes, so it is minted per connection, not per process).
@@ -72,11 +73,13 @@ func Connect(ctx context.Context, p PoolParams) (*pgxpool.Pool, error) {
 		// Direct connections take the settings in the startup packet: no SET round trip.
 		rp := cfg.ConnConfig.RuntimeParams
 		rp["application_name"] = orDefault(p.AppName, "mediator")
-		if p.StatementTimeout > 0 {
-			rp["statement_timeout"] = strconv.FormatInt(p.StatementTimeout.Milliseconds(), 10)
-		}
-		if p.IdleInTxTimeout > 0 {
-			rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(p.IdleInTxTimeout.Milliseconds(), 10)
+		for name, d := range map[string]time.Duration{
+			"statement_timeout": p.StatementTimeout, "lock_timeout": p.LockTimeout,
+			"idle_in_transaction_session_timeout": p.IdleInTxTimeout,
+		} {
+			if d > 0 {
+				rp[name] = strconv.FormatInt(d.Milliseconds(), 10)
+			}
 		}
 	}
 	cfg.BeforeConnect = p.BeforeConnect

@@ -73,10 +73,12 @@ func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, e
 	return res, nil
 }
 
-// headColumns describe a queued run as the wake needs it. protected: older than the
-// starvation bound, so younger runs may not take the nodes it could use.
-const headColumns = `r.run_id, r.shape, r.created_at,
-	r.created_at < now() - @starvation::float8 * interval '1 second',
+// protected is the starvation rule, for run r: a queued run older than STARVATION_SECONDS
+// keeps every node it could use from younger runs.
+const protected = `r.created_at < now() - @starvation::float8 * interval '1 second'`
+
+// headColumns describe a queued run as the wake needs it, and whether it is protected.
+const headColumns = `r.run_id, r.shape, r.created_at, ` + protected + `,
 	(SELECT json_agg(json_build_object('Name', ro.role, 'Needs', ro.needs) ORDER BY ro.ordinal)
 	   FROM run_roles ro WHERE ro.run_id = r.run_id)`
 
@@ -290,9 +292,9 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 		}
 		placed, outcome, err := s.promote(ctx, h, assigned)
 		switch {
-		case Unreachable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return end, err
-		case outcome == nodesTaken:
+		case outcome == nodesTaken, outcome == nodesChanged:
 			// Another wake or a submit is taking a planned node (and will use it), or it went:
 			// the same head, on the nodes left.
 			for _, node := range assigned {
@@ -301,6 +303,9 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 				}
 			}
 			heap.Push(&queue, h)
+			// A node changed under the promotion (it restarted, or a lease slipped in) and was
+			// refused at COMMIT: no one else is sure to use it, so a fresh sweep looks again.
+			end.raced = end.raced || outcome == nodesChanged
 			continue
 		case err != nil || outcome == runsTaken:
 			// Every run of the shape from the head on is promoted or held by another writer,
@@ -398,9 +403,10 @@ func (s *Store) freeByNeed(ctx context.Context, heads []head) (avail []Available
 type promoteOutcome int
 
 const (
-	promoted   promoteOutcome = iota
-	nodesTaken                // a planned node is held by another writer, or gone: nothing written
-	runsTaken                 // the nodes were had, but no run of the shape from the head on
+	promoted     promoteOutcome = iota
+	nodesTaken                  // a planned node is held by another writer, or gone: nothing written
+	nodesChanged                // a constraint refused a planned node at COMMIT: nothing written
+	runsTaken                   // the nodes were had, but no run of the shape from the head on
 )
 
 // promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
@@ -434,7 +440,7 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 	}).Scan(&had, &runID, &createdAt)
 	switch {
 	case errors.Is(translate(err), ErrNodeTaken):
-		return promotion{head: h}, nodesTaken, nil // a lease slipped in: take it as taken
+		return promotion{head: h}, nodesChanged, nil
 	case err != nil:
 		return promotion{head: h}, runsTaken, translate(err)
 	case len(had) < len(nodes):
