@@ -22,7 +22,7 @@ func Handler(st *store.Store, log *slog.Logger) func(context.Context, events.Eve
 		log.Info("reap", "event_id", ev.ID, "expired", sum.Expired, "cancelled", sum.Cancelled,
 			"timed_out", sum.TimedOut, "queue_timed_out", sum.QueueTimedOut, "retired", sum.Retired,
 			"unservable", sum.Unservable, "promoted", sum.Promoted, "stranded_runs_recovered", sum.Stranded,
-			"unfinished", sum.Unfinished)
+			"outage_grace", sum.OutageGrace, "unfinished", sum.Unfinished)
 		return sum, nil
 	}
 }

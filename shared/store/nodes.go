@@ -89,6 +89,15 @@ WITH prev AS (
     SELECT * FROM ins
     UNION ALL SELECT * FROM upd
     UNION ALL SELECT node_id, labels, boot_id, draining, last_seen_at FROM prev WHERE EXISTS (SELECT 1 FROM fresh)
+), pulse AS (
+    -- The system accepted a heartbeat (see heartbeat_pulse): at most one write a second, and
+    -- never a wait — a heartbeat that finds the row being written leaves it to that one.
+    UPDATE heartbeat_pulse p SET heard_at = now(),
+        quiet_from = CASE WHEN p.heard_at < now() - @lease_ttl::float8 * interval '1 second' THEN p.heard_at ELSE p.quiet_from END,
+        quiet_until = CASE WHEN p.heard_at < now() - @lease_ttl::float8 * interval '1 second' THEN now() ELSE p.quiet_until END
+    WHERE p.only_row IN (SELECT only_row FROM heartbeat_pulse
+                         WHERE coalesce(heard_at < now() - @slack::float8 * interval '1 second', true)
+                         FOR UPDATE SKIP LOCKED)
 ), held AS (
     SELECT run_id, role, epoch, expires_at FROM leases
     WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM node)

@@ -19,6 +19,9 @@ type ReapSummary struct {
 	// Stranded counts queued runs placed although nothing was released: each was a lost
 	// wakeup, which healthy operation never produces.
 	Stranded int `json:"stranded"`
+	// OutageGrace counts the leases given a fresh TTL because the system, not their nodes,
+	// could accept no heartbeat for longer than a lease (see reapOutageGrace).
+	OutageGrace int `json:"outage_grace"`
 	// Unfinished: the sweep stopped for the invocation's deadline; the next one goes on.
 	Unfinished bool `json:"unfinished,omitempty"`
 	// Walked is how many queued runs the wake considered (not part of the summary's JSON).
@@ -41,6 +44,7 @@ func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 	var sum ReapSummary
 	madeRoom := false
 	steps := []func(context.Context, *ReapSummary) (bool, error){
+		s.reapOutageGrace,   // before 1: an outage is not the nodes' fault
 		s.reapExpiredLeases, // 1
 		s.reapCancelGrace,   // 2
 		s.reapTimeouts,      // 3
@@ -77,6 +81,54 @@ func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 func inTime(ctx context.Context) bool {
 	deadline, ok := ctx.Deadline()
 	return ctx.Err() == nil && (!ok || time.Until(deadline) > reapMargin)
+}
+
+// outageGraceSQL gives the leases a fresh TTL when the system itself accepted no heartbeat for
+// longer than a lease — still silent now, or a silence that ended less than a lease ago — and
+// no grace was granted since the silence began: once per outage, so a fleet whose only node
+// died is reaped one TTL later all the same. It renews the leases last renewed before the
+// silence ended (all of them while it lasts): a node that heartbeated since is not waiting for
+// the system, and if it died since, it is reaped on time. One dead node in a live fleet is no
+// silence at all.
+const outageGraceSQL = `
+/* reap: outage grace */
+WITH p AS (
+    SELECT CASE WHEN heard_at < now() - @ttl::float8 * interval '1 second' THEN heard_at
+                WHEN quiet_until > now() - @ttl::float8 * interval '1 second' THEN quiet_from
+           END AS silent_since,
+           CASE WHEN heard_at < now() - @ttl::float8 * interval '1 second' THEN now() ELSE quiet_until END AS silent_until,
+           graced_at
+    FROM heartbeat_pulse FOR UPDATE
+), granted AS (
+    UPDATE heartbeat_pulse SET graced_at = now() FROM p
+    WHERE p.silent_since IS NOT NULL AND (p.graced_at IS NULL OR p.graced_at < p.silent_since)
+      AND EXISTS (SELECT 1 FROM leases WHERE expires_at < p.silent_until + @ttl::float8 * interval '1 second')
+    RETURNING p.silent_since, p.silent_until
+), renewed AS (
+    UPDATE leases l SET expires_at = greatest(l.expires_at, now() + @ttl::float8 * interval '1 second')
+    FROM granted g WHERE l.expires_at < g.silent_until + @ttl::float8 * interval '1 second'
+    RETURNING l.node_id
+)
+SELECT (SELECT count(*) FROM renewed),
+       (SELECT count(*) FROM leases l, granted g WHERE l.expires_at < now()
+          AND l.expires_at < g.silent_until + @ttl::float8 * interval '1 second'),
+       coalesce((SELECT extract(epoch FROM silent_until - silent_since)::float8 FROM granted), 0)`
+
+// reapOutageGrace runs before step 1: when the system could not renew leases, their expiry says
+// nothing about their nodes, and reaping them would fail or requeue every healthy run (as Nomad
+// after a leader failover, or Kubernetes in a zone disruption, holds off). It makes no room.
+func (s *Store) reapOutageGrace(ctx context.Context, sum *ReapSummary) (bool, error) {
+	var expired int
+	var silent float64
+	err := s.pool.QueryRow(ctx, outageGraceSQL, named{"ttl": s.set.LeaseTTL.Seconds()}).Scan(&sum.OutageGrace, &expired, &silent)
+	if err != nil {
+		return false, translate(err)
+	}
+	if sum.OutageGrace > 0 {
+		s.log.Warn("outage_grace", "leases_renewed", sum.OutageGrace, "leases_expired", expired,
+			"silent_seconds", silent)
+	}
+	return false, nil
 }
 
 // reapExpiredLeases (step 1) reaps each expired lease in its own transaction, only if it is

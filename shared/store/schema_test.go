@@ -92,6 +92,8 @@ func TestConstraintsHaveNames(t *testing.T) {
 		{"reason on a live run", `UPDATE runs SET reason = 'timeout' WHERE run_id = 'q1'`, "runs_reason_iff_failed_or_cancelled", store.ErrInvariant},
 		{"tries past retries", `UPDATE steps SET tries = 2 WHERE run_id = 'q1'`, "steps_tries_within_retries", store.ErrInvariant},
 		{"running without started_at", `UPDATE runs SET started_at = NULL WHERE run_id = 'r1'`, "runs_running_has_started_at", store.ErrInvariant},
+		{"a second pulse", `INSERT INTO heartbeat_pulse (only_row) VALUES (false)`, "heartbeat_pulse_one_row", store.ErrInvariant},
+		{"half a silence", `UPDATE heartbeat_pulse SET quiet_from = now()`, "heartbeat_pulse_quiet_whole", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
