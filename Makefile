@@ -5,6 +5,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 GO ?= go
 LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
+# Every Lambda function, by its directory under functions/ (submit is SubmitFunction in
+# template.yaml): make build and the build-<LogicalId> targets below come from this list.
 FUNCTIONS := submit query nodes result cancel reap migrate
 
 .PHONY: help dev test stress bench migrate build lint clean demo
@@ -22,7 +24,7 @@ then_stop = status=0; $(1) || status=$$?; $(LOCAL) stop $(2) >/dev/null 2>&1 || 
 test: ## every test, against a throwaway PostgreSQL (or DATABASE_URL)
 	@$(call then_stop,$(GO) test -count=1 -timeout 20m ./...,test)
 
-demo: ## a local stack and a simulated fleet play the CP2 gate, then a run survives a node restart
+demo: ## a local stack and a simulated fleet play placement, queueing, promotion and refusal, then a run survives a node restart
 	$(GO) run ./localdev/cmd/demo
 
 stress: ## the concurrent stress test at its long size (make test runs it at CI size)
@@ -34,10 +36,8 @@ bench: ## throughput, latency and wake cost beside pgbench and River, on a throw
 migrate: ## apply the migrations to the local database (the migrate function's code)
 	$(LOCAL) migrate
 
-build: ## build every function's bootstrap for this machine into bin/<function>/bootstrap
-	@for f in $(FUNCTIONS); do \
-		CGO_ENABLED=0 $(GO) build -tags lambda.norpc -o bin/$$f/bootstrap ./functions/$$f || exit 1; \
-	done
+build: ## build every function's bootstrap for this machine (or GOOS/GOARCH) into bin/<function>/
+	@for f in $(FUNCTIONS); do $(call build_function,$$f,bin/$$f) || exit 1; done
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
@@ -45,23 +45,24 @@ lint: ## go vet and gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# build_function is the one recipe that builds functions/$(1) into $(2)/bootstrap, for make
+# build, SAM and the emulator tests alike: without cgo (a static binary, cross-compiled with no
+# C toolchain), without the RPC handler only the retired go1.x runtime used (lambda.norpc),
+# with no build paths in it and stripped. GOOS and GOARCH are this machine's unless the command
+# line or the environment names others.
+GOOS ?= $(shell $(GO) env GOOS)
+GOARCH ?= $(shell $(GO) env GOARCH)
+build_function = CGO_ENABLED=0 GOOS=$(GOOS) GOARCH=$(GOARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $(2)/bootstrap ./functions/$(1)
+
 # SAM's makefile builder (BuildMethod: makefile) runs `make build-<LogicalId>` with
-# ARTIFACTS_DIR set; each target leaves one static arm64 bootstrap there.
-LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap
-build-SubmitFunction:
-	$(LAMBDA_BUILD) ./functions/submit
-build-QueryFunction:
-	$(LAMBDA_BUILD) ./functions/query
-build-NodesFunction:
-	$(LAMBDA_BUILD) ./functions/nodes
-build-ResultFunction:
-	$(LAMBDA_BUILD) ./functions/result
-build-CancelFunction:
-	$(LAMBDA_BUILD) ./functions/cancel
-build-ReapFunction:
-	$(LAMBDA_BUILD) ./functions/reap
-build-MigrateFunction:
-	$(LAMBDA_BUILD) ./functions/migrate
+# ARTIFACTS_DIR set. Each function in FUNCTIONS has one such target, named by its logical id in
+# template.yaml (submit → build-SubmitFunction), which leaves a linux/arm64 bootstrap there.
+logical_id = $(shell name=$(1); echo "$${name^}Function")
+LAMBDA_TARGETS := $(foreach f,$(FUNCTIONS),build-$(call logical_id,$(f)))
+.PHONY: $(LAMBDA_TARGETS)
+$(LAMBDA_TARGETS): GOOS = linux
+$(LAMBDA_TARGETS): GOARCH = arm64
+$(foreach f,$(FUNCTIONS),$(eval build-$(call logical_id,$(f)): ; $$(call build_function,$(f),$$(ARTIFACTS_DIR))))
 
 clean: ## stop local clusters, remove their data and the build output
 	-$(LOCAL) stop dev

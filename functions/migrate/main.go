@@ -4,11 +4,11 @@ package main
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"mediator/shared/migrator"
 	"mediator/shared/startup"
+	"mediator/shared/upkeep"
 )
 
 func main() {
 	d := startup.InitMigrator("migrate")
-	lambda.Start(migrator.Handler(d.Store, d.Log))
+	lambda.Start(upkeep.Migrate(d.Store, d.Log))
 }

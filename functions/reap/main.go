@@ -5,11 +5,11 @@ package main
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"mediator/shared/reaper"
 	"mediator/shared/startup"
+	"mediator/shared/upkeep"
 )
 
 func main() {
 	d := startup.Init("reap")
-	lambda.Start(reaper.Handler(d.Store, d.Log))
+	lambda.Start(upkeep.Reap(d.Store, d.Log))
 }

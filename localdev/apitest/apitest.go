@@ -22,9 +22,9 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
-	"mediator/shared/reaper"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/upkeep"
 )
 
 // Principals for tests.
@@ -44,7 +44,7 @@ type Env struct {
 	T         testing.TB
 	Config    config.Config
 	Store     *store.Store
-	Deps      httpapi.Deps
+	Deps      startup.Deps
 	Functions map[string]httpapi.Handler
 	gw        *gateway.Gateway
 }
@@ -95,7 +95,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	d := httpapi.Deps{Store: st, Config: cfg, Log: log}
+	d := startup.Deps{Store: st, Config: cfg, Log: log}
 	fns := httpapi.Functions(d)
 	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns,
 		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}}
@@ -161,7 +161,7 @@ func (e *Env) Invoke(function string, ev events.APIGatewayV2HTTPRequest) Respons
 // Reap invokes the reap function with an EventBridge scheduled event.
 func (e *Env) Reap() store.ReapSummary {
 	e.T.Helper()
-	sum, err := reaper.Handler(e.Store, e.Deps.Log)(context.Background(), reaper.ScheduledEvent("test"))
+	sum, err := upkeep.Reap(e.Store, e.Deps.Log)(context.Background(), upkeep.ScheduledEvent("test"))
 	if err != nil {
 		e.T.Fatalf("reap: %v", err)
 	}

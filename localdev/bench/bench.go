@@ -13,8 +13,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"mediator/localdev/devserver"
 	"mediator/localdev/gateway"
-	"mediator/localdev/localstack"
 	"mediator/localdev/pgcount"
 	"mediator/shared/auth"
 	"mediator/shared/httpapi"
@@ -22,7 +22,7 @@ import (
 
 // bench holds the stack and everything measured.
 type bench struct {
-	stack   *localstack.Stack
+	stack   *devserver.Stack
 	counter *pgcount.Counter
 	dur     time.Duration
 	machine string

@@ -18,8 +18,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"mediator/localdev/devserver"
 	"mediator/localdev/localpg"
-	"mediator/localdev/localstack"
 )
 
 // pgbench measures what the same server does with the simplest transactions there are:
@@ -67,7 +67,7 @@ func pgbenchBinary() (string, error) {
 
 // database creates (afresh) a database on the benchmark's server and returns its URL.
 func (b *bench) database(ctx context.Context, name string) (string, error) {
-	return localstack.EnsureDatabase(ctx, b.stack.Config.Database.URL, name, true)
+	return devserver.EnsureDatabase(ctx, b.stack.Config.Database.URL, name, true)
 }
 
 // noop is River's unit of work here: nothing, so what is measured is the queue.

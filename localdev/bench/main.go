@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"mediator/localdev/localstack"
+	"mediator/localdev/devserver"
 	"mediator/localdev/pgcount"
 )
 
@@ -64,7 +64,7 @@ func run(ctx context.Context) error {
 	if profiling() {
 		tracer = append(tracer, prof)
 	}
-	s, err := localstack.Open(ctx, localstack.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet,
+	s, err := devserver.Open(ctx, devserver.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet,
 		Tracer: tracer, Settings: prof.settings()})
 	defer s.Stop()
 	if err != nil {

@@ -116,8 +116,8 @@ func (b *bench) seedQueue(ctx context.Context, from, to int) error {
 		return nil
 	}
 	return b.exec(ctx, fmt.Sprintf(`
-		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, queued_at, created_at)
-		SELECT 'w-' || lpad(i::text, 7, '0'), 'client:bench', 'QUEUED', '\x00', '[["wake"]]', 1, 1000000, now(),
+		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, created_at)
+		SELECT 'w-' || lpad(i::text, 7, '0'), 'client:bench', 'QUEUED', '\x00', '[["wake"]]', 1, 1000000,
 		       now() - interval '1 hour' + i * interval '1 millisecond'
 		FROM generate_series(%[1]d + 1, %[2]d) i;
 		INSERT INTO run_roles (run_id, role, ordinal, needs)

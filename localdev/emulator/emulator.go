@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,24 +59,42 @@ func goEnv(ctx context.Context, name string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// Build compiles every functions/<name> with the tag the Makefile's build-<LogicalId> targets
-// use (lambda.norpc), for this machine so the emulator can run them here, in one go command
-// (the packages compile once and share the test's build cache). It returns name → binary.
-func Build(ctx context.Context, moduleRoot, outDir string) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-o", outDir+string(os.PathSeparator), "./functions/...")
-	cmd.Dir = moduleRoot
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build the functions: %w\n%s", err, out)
-	}
-	entries, err := os.ReadDir(outDir)
+// Build builds each named function with the target `sam build` runs, `make
+// build-<LogicalId>` (submit is SubmitFunction), into outDir/<name>/bootstrap, for this machine
+// so the emulator can run it here. It returns name → bootstrap.
+func Build(ctx context.Context, moduleRoot, outDir string, names ...string) (map[string]string, error) {
+	outDir, err := filepath.Abs(outDir) // make runs in moduleRoot
 	if err != nil {
 		return nil, err
 	}
 	bins := map[string]string{}
-	for _, e := range entries {
-		bins[e.Name()] = filepath.Join(outDir, e.Name())
+	for _, name := range names {
+		dir := filepath.Join(outDir, name)
+		target := "build-" + strings.ToUpper(name[:1]) + name[1:] + "Function"
+		cmd := exec.CommandContext(ctx, "make", "--no-print-directory", target,
+			"ARTIFACTS_DIR="+dir, "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH)
+		cmd.Dir = moduleRoot
+		cmd.Env = withoutMakeFlags(os.Environ())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("make %s: %w\n%s", target, err, out)
+		}
+		bins[name] = filepath.Join(dir, "bootstrap")
 	}
 	return bins, nil
+}
+
+// withoutMakeFlags drops what an enclosing make (`make test`) hands its children: its
+// command-line variables and job server would otherwise reach the make that Build runs.
+func withoutMakeFlags(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case "MAKEFLAGS", "MFLAGS", "GNUMAKEFLAGS", "MAKELEVEL":
+		default:
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // Function is one bootstrap running under the emulator.

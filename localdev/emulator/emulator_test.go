@@ -41,7 +41,7 @@ func built(t *testing.T) (string, map[string]string) {
 			buildErr = err
 			return
 		}
-		bootstraps, buildErr = emulator.Build(ctx, "../..", out)
+		bootstraps, buildErr = emulator.Build(ctx, "../..", out, functions...)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -133,11 +133,11 @@ func runState(t *testing.T, body string) store.Run {
 	return r.Run
 }
 
-// The deploy path and the CP2 gate, through the compiled bootstraps under the emulator: the
+// The deploy path, then placement, queueing, promotion and refusal, through the compiled bootstraps under the emulator: the
 // functions refuse an unmigrated database; the migrate function migrates it; then a is placed,
 // b waits, a's node reports, b runs on the node a freed, c (gpu) fails at once; the reaper
 // answers its summary. Every function's cold-start init time is recorded.
-func TestCP2GateUnderTheEmulator(t *testing.T) {
+func TestDeployThenPlaceQueuePromoteRefuseUnderTheEmulator(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.URL(t)
 	ctx := context.Background()

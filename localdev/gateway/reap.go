@@ -10,8 +10,8 @@ import (
 
 	"mediator/shared/httpapi"
 	"mediator/shared/problem"
-	"mediator/shared/reaper"
 	"mediator/shared/store"
+	"mediator/shared/upkeep"
 )
 
 // ReapFunc is the reap function's handler.
@@ -32,7 +32,7 @@ func LocalReap(tokens *Tokens, reap ReapFunc) http.HandlerFunc {
 			writeProblem(w, id, problem.New(problem.Forbidden, "only an admin may run the reaper"))
 			return
 		}
-		sum, err := reap(r.Context(), reaper.ScheduledEvent("local-"+time.Now().UTC().Format(time.RFC3339Nano)))
+		sum, err := reap(r.Context(), upkeep.ScheduledEvent("local-"+time.Now().UTC().Format(time.RFC3339Nano)))
 		if err != nil {
 			// The reaper logged the error; its text may name SQL, so the body does not carry it.
 			p, _ := httpapi.ProblemFor(err)

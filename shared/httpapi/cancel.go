@@ -6,11 +6,12 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/problem"
 	"mediator/shared/request"
+	"mediator/shared/startup"
 	"mediator/shared/store"
 )
 
 // Cancel serves POST /v1/runs/{run_id}/cancel.
-func Cancel(d Deps) Handler {
+func Cancel(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{"POST /v1/runs/{run_id}/cancel": {serve: cancel}})
 }
 

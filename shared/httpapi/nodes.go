@@ -6,11 +6,12 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/problem"
 	"mediator/shared/request"
+	"mediator/shared/startup"
 	"mediator/shared/store"
 )
 
 // Nodes serves the node routes: the heartbeat, and removal from the fleet.
-func Nodes(d Deps) Handler {
+func Nodes(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"PUT /v1/nodes/{node_id}":    {serve: heartbeat},
 		"DELETE /v1/nodes/{node_id}": {serve: removeNode},

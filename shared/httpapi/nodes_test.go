@@ -270,9 +270,9 @@ func TestHeartbeatsAndSubmitsConcurrently(t *testing.T) {
 }
 
 // A node that restarts draining frees its run-mates all the same: before its heartbeat
-// returns, a run queued for a run-mate's node is running there. (It used to wake only when the
-// restarting node itself was available, and the run waited for the reaper's stranded-run
-// detector.)
+// returns, a run queued for a run-mate's node is running there. The wake must not wait for the
+// restarting node itself to be available, or the run waits for the reaper's stranded-run
+// detector.
 func TestDrainingRestartWakesForTheRunMates(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)

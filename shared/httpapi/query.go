@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,11 +12,12 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/problem"
 	"mediator/shared/request"
+	"mediator/shared/startup"
 	"mediator/shared/store"
 )
 
 // Query serves the read routes: runs, the queue, the fleet, leases, and /healthz.
-func Query(d Deps) Handler {
+func Query(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"GET /healthz":          {public: true, serve: healthz},
 		"GET /v1/runs/{run_id}": {serve: getRun},
@@ -70,10 +72,8 @@ func listRuns(c *call) (reply, error) {
 	q := c.query
 	p := store.ListRunsParams{Viewer: c.viewer(), State: q["state"], Limit: 20}
 	var errs []problem.FieldError
-	switch p.State {
-	case "", store.Queued, store.Running, store.Succeeded, store.Failed, store.Cancelled:
-	default:
-		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED"})
+	if p.State != "" && !slices.Contains(store.RunStates, p.State) {
+		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of " + strings.Join(store.RunStates, ", ")})
 	}
 	if raw, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(raw)

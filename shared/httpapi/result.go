@@ -7,10 +7,11 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/problem"
 	"mediator/shared/request"
+	"mediator/shared/startup"
 )
 
 // Result serves POST /v1/runs/{run_id}/steps/{step_id}/result.
-func Result(d Deps) Handler {
+func Result(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{"POST /v1/runs/{run_id}/steps/{step_id}/result": {serve: result}})
 }
 

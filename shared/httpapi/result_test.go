@@ -21,8 +21,9 @@ func getRun(t *testing.T, env *apitest.Env, id string) store.Run {
 	return body.Run
 }
 
-// The CP2 gate, through the handlers.
-func TestCP2Gate(t *testing.T) {
+// Placed, queued, promoted when the node frees, refused when no node could ever serve it:
+// through the handlers.
+func TestPlacedQueuedPromotedRefused(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
 	env.Beat("A", "boot-1", false, "board=rpi4")

@@ -3,6 +3,8 @@
 // and answering JSON or an RFC 9457 problem.
 package httpapi
 
+import "mediator/shared/startup"
+
 // Route is one HTTP route and the function that serves it. Routes is the single list the
 // local gateway serves and template.yaml is checked against.
 type Route struct {
@@ -30,7 +32,7 @@ var Routes = []Route{
 }
 
 // Functions builds every HTTP function's handler by name, as the local gateway serves them.
-func Functions(d Deps) map[string]Handler {
+func Functions(d startup.Deps) map[string]Handler {
 	return map[string]Handler{
 		"submit": Submit(d),
 		"query":  Query(d),

@@ -20,27 +20,19 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"mediator/shared/auth"
-	"mediator/shared/config"
 	"mediator/shared/problem"
 	"mediator/shared/request"
+	"mediator/shared/startup"
 	"mediator/shared/store"
 )
 
 // Handler is the signature lambda.Start takes for an HTTP API (payload 2.0) function.
 type Handler = func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 
-// Deps is what every handler is built from.
-type Deps struct {
-	Store  *store.Store
-	Config config.Config
-	Log    *slog.Logger
-	Roles  auth.IAMRoles
-}
-
 // call is one request as an endpoint sees it.
 type call struct {
 	ctx   context.Context
-	d     Deps
+	d     startup.Deps
 	req   events.APIGatewayV2HTTPRequest
 	who   auth.Principal
 	runID string            // for the log line
@@ -70,7 +62,7 @@ type endpoint struct {
 // pool with no connection free, costs a client a 503 within it, never a wait without end that
 // fills the pool for everyone else. The wake only logs its failures, so a deadline that passes
 // there still answers what was committed.
-func handler(d Deps, endpoints map[string]endpoint) Handler {
+func handler(d startup.Deps, endpoints map[string]endpoint) Handler {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
@@ -119,50 +111,39 @@ func (c *call) principal() string {
 	return c.who.Owner()
 }
 
-// errorCodes is the one table from the store's errors to problem codes; problem's own table
-// gives each code its status.
-var errorCodes = []struct {
-	err  error
-	code string
-}{
-	{store.ErrNotFound, problem.NotFound},
-	{store.ErrRunIDConflict, problem.RunIDConflict},
-	{store.ErrStaleAssignment, problem.StaleAssignment},
-	{store.ErrNotRunnable, problem.NotRunnable},
-	{store.ErrResultConflict, problem.ResultConflict},
-	{store.ErrRunNotLive, problem.RunNotLive},
-	// Transient: the same call may succeed in a moment (each route is safe to repeat).
-	{context.DeadlineExceeded, problem.Unavailable},
-	{store.ErrRetry, problem.Unavailable},
-	{store.ErrUnavailable, problem.Unavailable},
-	// A write refused because another writer changed its node meanwhile, past the store's own
-	// retries: a lost race, not the client's mistake.
-	{store.ErrNodeTaken, problem.Unavailable},
-}
-
 func (c *call) toProblem(err error) *problem.Problem {
 	p, known := ProblemFor(err)
 	if !known {
-		// Ours to fix, and its text may name SQL: it goes to the log only.
-		c.d.Log.Error("unhandled error", "request_id", c.req.RequestContext.RequestID, "route", c.req.RouteKey, "error", err.Error())
+		// Ours to fix, and its text may name SQL: it goes to the log only, with the statement
+		// that failed when a statement did.
+		var failed *store.StatementError
+		statement := ""
+		if errors.As(err, &failed) {
+			statement = failed.Statement
+		}
+		c.d.Log.Error("unhandled error", "request_id", c.req.RequestContext.RequestID, "route", c.req.RouteKey,
+			"statement", statement, "error", err.Error())
 	}
 	return p
 }
 
-// ProblemFor is what a client is told of err: a problem an endpoint raised, the problem
-// errorCodes gives a store error, or — not known, a bug the caller logs — 500 internal.
+// ProblemFor is what a client is told of err: a problem an endpoint raised; the problem a
+// store error names (store.Error's Code: shared/problem's one table gives it its status); 503
+// for a deadline passed. Anything else — and a store error that means a bug — is 500 internal,
+// and not known: the caller logs it.
 func ProblemFor(err error) (p *problem.Problem, known bool) {
-	if errors.As(err, &p) {
+	var refused *store.Error
+	switch {
+	case errors.As(err, &p):
 		return p, true
-	}
-	for _, e := range errorCodes {
-		if errors.Is(err, e.err) {
-			p := problem.New(e.code, "")
-			if ended := (*store.RunNotLiveError)(nil); errors.As(err, &ended) {
-				p.Run = ended.Run
-			}
-			return p, true
+	case errors.Is(err, context.DeadlineExceeded):
+		return problem.New(problem.Unavailable, ""), true
+	case errors.As(err, &refused) && refused.Code != problem.Internal:
+		p := problem.New(refused.Code, "")
+		if ended := (*store.RunNotLiveError)(nil); errors.As(err, &ended) {
+			p.Run = ended.Run
 		}
+		return p, true
 	}
 	return problem.New(problem.Internal, ""), false
 }

@@ -7,11 +7,12 @@ import (
 	"mediator/shared/match"
 	"mediator/shared/problem"
 	"mediator/shared/request"
+	"mediator/shared/startup"
 	"mediator/shared/store"
 )
 
 // Submit serves POST /v1/runs.
-func Submit(d Deps) Handler {
+func Submit(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{"POST /v1/runs": {query: []string{"dry_run"}, serve: submit}})
 }
 

@@ -32,7 +32,7 @@ type runReply struct {
 	} `json:"unmet"`
 }
 
-// The acceptance of issue 3 through the submit handler: fleet {A: board=rpi4} with a held by A.
+// Every outcome of a submission through the submit handler: fleet {A: board=rpi4}, a held by A.
 func TestSubmitOutcomes(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)

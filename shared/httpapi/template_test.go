@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -129,15 +131,11 @@ func TestTemplateRoutesMatchTheRouteTable(t *testing.T) {
 	}
 }
 
-// Every function is built from functions/<name> by the Makefile target SAM's makefile builder
-// calls, and runs as a provided.al2023 arm64 bootstrap.
+// Every function runs as a provided.al2023 arm64 bootstrap, built from functions/<name> by the
+// Makefile target SAM's makefile builder calls, and may reach the database.
 func TestTemplateFunctionsHaveCode(t *testing.T) {
 	t.Parallel()
 	tpl := loadTemplate(t)
-	makefile, err := os.ReadFile("../../Makefile")
-	if err != nil {
-		t.Fatal(err)
-	}
 	globals := get(tpl.root, "Globals", "Function")
 	for key, want := range map[string]string{"Runtime": "provided.al2023", "Handler": "bootstrap", "CodeUri": "."} {
 		if v := get(globals, key); v == nil || v.Value != want {
@@ -159,11 +157,94 @@ func TestTemplateFunctionsHaveCode(t *testing.T) {
 		if _, err := os.Stat("../../functions/" + name + "/main.go"); err != nil {
 			t.Errorf("%s: no functions/%s/main.go", id, name)
 		}
-		target := regexp.MustCompile(`(?m)^build-` + id + `:\n\t\$\(LAMBDA_BUILD\) \./functions/` + name + `$`)
-		if !target.Match(makefile) {
-			t.Errorf("%s: the Makefile has no build-%s target building ./functions/%s", id, id, name)
+		policies := get(tpl.resources[id], "Properties", "Policies")
+		if policies == nil || !slices.ContainsFunc(policies.Content, refersTo("DatabaseAccessPolicy")) {
+			t.Errorf("%s: its Policies do not include the DatabaseAccessPolicy", id)
 		}
 	}
+
+	// What SAM runs, `make build-<LogicalId>` with ARTIFACTS_DIR set, and `make build` run
+	// the go command the same way: a stand-in for it records each call.
+	fake := fakeGo(t)
+	for _, id := range functions {
+		name := strings.ToLower(strings.TrimSuffix(id, "Function"))
+		calls := fake.make(t, "build-"+id, "ARTIFACTS_DIR=/x")
+		want := goBuild("linux", "arm64", "/x/bootstrap", "./functions/"+name)
+		if len(calls) != 1 || !slices.Equal(calls[0], want) {
+			t.Errorf("make build-%s runs\n%q\nnot\n%q", id, calls, want)
+		}
+	}
+	var want [][]string
+	for _, id := range functions {
+		name := strings.ToLower(strings.TrimSuffix(id, "Function"))
+		want = append(want, goBuild("linux", "amd64", "bin/"+name+"/bootstrap", "./functions/"+name))
+	}
+	calls := fake.make(t, "build", "GOOS=linux", "GOARCH=amd64")
+	sortCalls := func(a, b []string) int { return strings.Compare(a[len(a)-1], b[len(b)-1]) }
+	slices.SortFunc(calls, sortCalls)
+	slices.SortFunc(want, sortCalls)
+	if !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Errorf("make build runs\n%q\nnot\n%q", calls, want)
+	}
+}
+
+// refersTo matches !Ref id, alone or as a branch of !If.
+func refersTo(id string) func(*yaml.Node) bool {
+	var match func(*yaml.Node) bool
+	match = func(n *yaml.Node) bool {
+		return (n.Tag == "!Ref" && n.Value == id) || (n.Tag == "!If" && slices.ContainsFunc(n.Content, match))
+	}
+	return match
+}
+
+// goBuild is the go command line that builds one function: a static bootstrap without the
+// RPC handler, with no build paths in it, stripped.
+func goBuild(goos, goarch, out, pkg string) []string {
+	return []string{"CGO_ENABLED=0", "GOOS=" + goos, "GOARCH=" + goarch,
+		"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", out, pkg}
+}
+
+// fakeGoCommand stands in for go: it records its environment's build settings and its
+// arguments, one per line, and an empty line after them.
+const fakeGoCommand = `#!/bin/sh
+{
+	echo "CGO_ENABLED=$CGO_ENABLED"; echo "GOOS=$GOOS"; echo "GOARCH=$GOARCH"
+	printf '%s\n' "$@"; echo
+} >>"$FAKE_GO_LOG"
+`
+
+type fakeGoDir string
+
+func fakeGo(t *testing.T) fakeGoDir {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go"), []byte(fakeGoCommand), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return fakeGoDir(dir)
+}
+
+// make runs make in the module root with the stand-in as GO, and returns the go commands it
+// ran. The environment carries no build settings and nothing from an enclosing make, so what
+// the stand-in sees is what the Makefile chose.
+func (d fakeGoDir) make(t *testing.T, args ...string) [][]string {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "calls")
+	cmd := exec.Command("make", append([]string{"--no-print-directory", "GO=" + filepath.Join(string(d), "go")}, args...)...)
+	cmd.Dir = "../.."
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "FAKE_GO_LOG=" + log}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("make %s ran no go command: %v", strings.Join(args, " "), err)
+	}
+	var calls [][]string
+	for _, call := range strings.Split(strings.TrimSuffix(string(raw), "\n\n"), "\n\n") {
+		calls = append(calls, strings.Split(call, "\n"))
+	}
+	return calls
 }
 
 // EventBridge invokes the reap function every minute.

@@ -18,13 +18,21 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/dbcreds"
-	"mediator/shared/httpapi"
 	"mediator/shared/store"
 )
 
+// Deps is what every function's handler is built from. It lives here, not with the HTTP
+// handlers, so the functions that serve no HTTP (reap, migrate) do not link them.
+type Deps struct {
+	Store  *store.Store
+	Config config.Config
+	Log    *slog.Logger
+	Roles  auth.IAMRoles
+}
+
 // Init prepares a function that serves requests: it refuses to start when the database's
 // schema is behind this build.
-func Init(name string) httpapi.Deps {
+func Init(name string) Deps {
 	d := open(name)
 	if err := CheckSchema(context.Background(), d.Store); err != nil {
 		exit(name, err)
@@ -33,9 +41,9 @@ func Init(name string) httpapi.Deps {
 }
 
 // InitMigrator prepares the migrate function, which is the one that may find the schema behind.
-func InitMigrator(name string) httpapi.Deps { return open(name) }
+func InitMigrator(name string) Deps { return open(name) }
 
-func open(name string) httpapi.Deps {
+func open(name string) Deps {
 	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		exit(name, err)
@@ -48,7 +56,7 @@ func open(name string) httpapi.Deps {
 	if err != nil {
 		exit(name, err)
 	}
-	return httpapi.Deps{Store: st, Config: cfg, Log: log, Roles: auth.IAMRoles{
+	return Deps{Store: st, Config: cfg, Log: log, Roles: auth.IAMRoles{
 		AdminRole: cfg.IAMAdminRole, NodeRole: cfg.IAMNodeRole,
 	}}
 }

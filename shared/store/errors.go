@@ -9,30 +9,42 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"mediator/shared/problem"
 )
 
-// The store's errors. Handlers turn them into HTTP problems through one table (shared/problem);
-// nothing above this package looks at a pgconn.PgError.
+// Error is a refusal the store names. Its Code is the problem a client is told: shared/problem
+// holds the one table from codes to statuses and titles, so there is no second table mapping
+// these errors. Nothing above this package looks at a pgconn.PgError.
+type Error struct {
+	Code string
+	msg  string
+}
+
+func (e *Error) Error() string { return "store: " + e.msg }
+
+// The store's errors.
 var (
-	ErrNotFound        = errors.New("store: not found")
-	ErrRunIDConflict   = errors.New("store: run_id already used by a different request")
-	ErrStaleAssignment = errors.New("store: the step is not assigned to this node under this lease")
-	ErrNotRunnable     = errors.New("store: the step is not runnable yet")
-	ErrResultConflict  = errors.New("store: the step already has a different final result")
-	ErrRunNotLive      = errors.New("store: the run has already finished")
+	ErrNotFound        = &Error{problem.NotFound, "not found"}
+	ErrRunIDConflict   = &Error{problem.RunIDConflict, "run_id already used by a different request"}
+	ErrStaleAssignment = &Error{problem.StaleAssignment, "the step is not assigned to this node under this lease"}
+	ErrNotRunnable     = &Error{problem.NotRunnable, "the step is not runnable yet"}
+	ErrResultConflict  = &Error{problem.ResultConflict, "the step already has a different final result"}
+	ErrRunNotLive      = &Error{problem.RunNotLive, "the run has already finished"}
 	// ErrNodeTaken: the node is no longer what the decision saw — another transaction leased
-	// it, or it restarted — so the write was refused. A lost race, never a client's mistake.
-	ErrNodeTaken = errors.New("store: the node was leased or restarted by another transaction")
-	ErrLeaseTTL  = errors.New("store: LEASE_TTL must be positive; refusing to grant a lease that never expires")
-	// ErrInvariant is a write PostgreSQL refused because it would break a rule of SPEC.md §3.
-	// Seeing it means a bug in this package, never a client mistake.
-	ErrInvariant = errors.New("store: invariant violated")
+	// it, or it restarted — so the write was refused. A lost race, never a client's mistake:
+	// past the store's own retries the client retries.
+	ErrNodeTaken = &Error{problem.Unavailable, "the node was leased or restarted by another transaction"}
 	// ErrRetry is a transaction that lost a race the database resolved (deadlock, serialization).
-	ErrRetry = errors.New("store: transient conflict")
+	ErrRetry = &Error{problem.Unavailable, "transient conflict"}
 	// ErrUnavailable: the database could not serve the call now — a statement or lock timeout
 	// (a row held elsewhere), too many connections, a shutdown, a lost connection. Transient:
 	// every call is safe to repeat, so the client retries.
-	ErrUnavailable = errors.New("store: the database is unavailable; try again")
+	ErrUnavailable = &Error{problem.Unavailable, "the database is unavailable; try again"}
+	ErrLeaseTTL    = &Error{problem.Internal, "LEASE_TTL must be positive; refusing to grant a lease that never expires"}
+	// ErrInvariant is a write PostgreSQL refused because it would break an invariant. Seeing
+	// it means a bug in this package, never a client mistake.
+	ErrInvariant = &Error{problem.Internal, "invariant violated"}
 )
 
 // RunNotLiveError is ErrRunNotLive with the run as it ended, which the answer carries.
@@ -49,6 +61,16 @@ type ConstraintError struct {
 
 func (e *ConstraintError) Error() string { return fmt.Sprintf("%v (%s)", e.Err, e.Constraint) }
 func (e *ConstraintError) Unwrap() error { return e.Err }
+
+// StatementError is an error from one statement, named by it: a log line about a failure the
+// store could not translate says which statement to look at.
+type StatementError struct {
+	Statement string
+	Err       error
+}
+
+func (e *StatementError) Error() string { return fmt.Sprintf("%s: %v", e.Statement, e.Err) }
+func (e *StatementError) Unwrap() error { return e.Err }
 
 // constraintErrors is the one table from a constraint's name to what it means. A name not
 // listed here is still an ErrInvariant: every constraint of the schema guards a rule.
@@ -67,10 +89,14 @@ var constraintErrors = map[string]error{
 // translate turns a pgx error into the store's vocabulary, keeping the original wrapped for
 // the log. It is the only function that inspects PostgreSQL error codes.
 func translate(err error) error {
-	if err == nil {
+	var done *StatementError
+	var known *Error
+	switch {
+	case err == nil:
 		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	case errors.As(err, &done), errors.As(err, &known):
+		return err // translated already
+	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
 	}
 	if unavailable(err) {

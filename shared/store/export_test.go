@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"time"
+
+	"mediator/shared/match"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,33 +23,35 @@ func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool
 // ReportHolding applies a report and, before committing it, calls then() while the run's lock
 // is still held: a test can queue another writer behind the report.
 func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	_, err := inTx(ctx, s, func(tx pgx.Tx) (struct{}, error) {
 		lr, err := lockRun(ctx, tx, lockTarget{RunID: p.RunID, NodeID: p.NodeID})
 		if err != nil {
-			return err
+			return struct{}{}, err
 		}
 		var res ReportResult
 		b := &pgx.Batch{}
 		if err := planReport(lr, p, b, &res); err != nil {
-			return err
+			return struct{}{}, err
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
+			return struct{}{}, err
 		}
 		then()
-		return nil
+		return struct{}{}, nil
 	})
+	return err
 }
 
 // LockHolding takes a run's lock as a report of nodeID (or, with nodeID "", a cancel by owner;
 // "" for an admin) would, calls then() while holding whatever it got, and returns why it got
 // nothing: a test can wake the queue while a writer holds, or does not hold, a queued run.
 func (s *Store) LockHolding(ctx context.Context, runID, nodeID, owner string, then func()) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	_, err := inTx(ctx, s, func(tx pgx.Tx) (struct{}, error) {
 		_, err := lockRun(ctx, tx, lockTarget{RunID: runID, NodeID: nodeID, Owner: owner})
 		then()
-		return err
+		return struct{}{}, err
 	})
+	return err
 }
 
 // ReapMargin is how much of its deadline a reap leaves unused.
@@ -74,10 +79,54 @@ func (s *Store) InsertPlaced(ctx context.Context, run NewRun, assigned map[strin
 // ReportAfter applies a report decided from the run as read before sql ran in the same
 // transaction: as if the lock had not kept what the report was decided from.
 func (s *Store) ReportAfter(ctx context.Context, p ReportParams, sql string) (ReportResult, error) {
-	var lr lockedRun
-	var res ReportResult
-	err := s.pipelinedTx(ctx,
-		func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr); b.Queue(sql) },
-		func(b *pgx.Batch) error { return planReport(lr, p, b, &res) })
-	return res, err
+	return pipelinedTx(ctx, s, func() pipelined[ReportResult] {
+		var lr lockedRun
+		var res ReportResult
+		return pipelined[ReportResult]{
+			read: func(b *pgx.Batch) {
+				queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr)
+				b.Queue(sql)
+			},
+			write:  func(b *pgx.Batch) error { return planReport(lr, p, b, &res) },
+			result: func() ReportResult { return res },
+		}
+	})
+}
+
+// RuleSQL expands a statement written for a test with the store's fragments and constants.
+func RuleSQL(text string) string { return dynamic("test", text).sql }
+
+// QueueBefore is the wake's Go queue order.
+func QueueBefore(aID string, aAt time.Time, bID string, bAt time.Time) bool {
+	return head{RunID: aID, CreatedAt: aAt}.before(head{RunID: bID, CreatedAt: bAt})
+}
+
+// NeedKey is a role's needs as one string.
+func NeedKey(needs []string) string { return needKey(needs) }
+
+// RoleSlotOrder is the order the wake pairs planned nodes with a run's roles in.
+func RoleSlotOrder(roles []match.Role) []string {
+	var out []string
+	for _, sl := range roleSlots(roles, nil) {
+		out = append(out, sl.role)
+	}
+	return out
+}
+
+// PromoteSQL is the promotion statement, expanded.
+func PromoteSQL() string { return wakePromote.sql }
+
+// TestStep is a step as the report path decides from it.
+type TestStep struct {
+	ID, State string
+	After     []string
+}
+
+// RunnableInGo is the report path's runnable rule for step i.
+func RunnableInGo(steps []TestStep, i int, cancelling bool) bool {
+	rs := make([]reportStep, len(steps))
+	for j, s := range steps {
+		rs[j] = reportStep{ID: s.ID, Role: "main", State: s.State, After: s.After}
+	}
+	return rs[i].State == Pending && !cancelling && runnable(rs, rs[i])
 }

@@ -67,16 +67,16 @@ func withMigrator(pool *pgxpool.Pool, fn func(*migrate.Migrate) error) (uint, er
 // SchemaVersion is the version the database's schema is at (0 for none) and whether a failed
 // migration left it dirty.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations LIMIT 1`).Scan(&version, &dirty)
-	if err != nil {
-		if errors.Is(translate(err), ErrNotFound) {
-			return 0, false, nil
-		}
-		var undefined = "42P01" // undefined_table: never migrated
-		if pgCode(err) == undefined {
-			return 0, false, nil
-		}
-		return 0, false, translate(err)
+	err = schemaVersionStmt.queryRow(ctx, s.pool).Scan(&version, &dirty)
+	const undefinedTable = "42P01" // never migrated
+	if errors.Is(err, ErrNotFound) || pgCode(err) == undefinedTable {
+		return 0, false, nil
 	}
-	return version, dirty, nil
+	return version, dirty, err
 }
+
+var schemaVersionStmt = stmt("schema_version")
+
+// Migrate applies the migrations this build has and the database lacks (the migrate
+// function's work), through the store's own pool.
+func (s *Store) Migrate(ctx context.Context) (uint, error) { return Migrate(ctx, s.pool) }

@@ -15,10 +15,10 @@ func TestNamedBindsWhatNamedArgsBinds(t *testing.T) {
 	statements := []string{
 		`/* wake: @not_a_name */ SELECT @b::int, '@quoted', @a, labels @> @b::text[], @a`,
 		`SELECT 1`,
-		promoteSQL,
-		insertRunSQL,
-		heartbeatSQL,
-		reportWriteSQL,
+		wakePromote.sql,
+		submitInsertStmt.sql,
+		heartbeatStmt.sql,
+		reportWriteStmt.sql,
 	}
 	args := map[string]any{}
 	for _, sql := range statements {

@@ -37,8 +37,8 @@ const reapBatch = 200
 // the invocation cleanly instead of in a Lambda timeout.
 const reapMargin = 3 * time.Second
 
-// Reap is the scheduled sweep (SPEC.md §5, Reap), in small independent transactions, each
-// conditional on what its decision was based on. Two reapers at once are harmless: a write
+// Reap is the scheduled sweep, in small independent transactions, each conditional on what its
+// decision was based on. Two reapers at once are harmless: a write
 // whose condition no longer holds changes nothing.
 func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 	var sum ReapSummary
@@ -83,36 +83,13 @@ func inTime(ctx context.Context) bool {
 	return ctx.Err() == nil && (!ok || time.Until(deadline) > reapMargin)
 }
 
-// outageGraceSQL gives the leases a fresh TTL when the system itself accepted no heartbeat for
-// longer than a lease — still silent now, or a silence that ended less than a lease ago — and
-// no grace was granted since the silence began: once per outage, so a fleet whose only node
-// died is reaped one TTL later all the same. It renews the leases last renewed before the
-// silence ended (all of them while it lasts): a node that heartbeated since is not waiting for
-// the system, and if it died since, it is reaped on time. One dead node in a live fleet is no
-// silence at all.
-const outageGraceSQL = `
-/* reap: outage grace */
-WITH p AS (
-    SELECT CASE WHEN heard_at < now() - @ttl::float8 * interval '1 second' THEN heard_at
-                WHEN quiet_until > now() - @ttl::float8 * interval '1 second' THEN quiet_from
-           END AS silent_since,
-           CASE WHEN heard_at < now() - @ttl::float8 * interval '1 second' THEN now() ELSE quiet_until END AS silent_until,
-           graced_at
-    FROM heartbeat_pulse FOR UPDATE
-), granted AS (
-    UPDATE heartbeat_pulse SET graced_at = now() FROM p
-    WHERE p.silent_since IS NOT NULL AND (p.graced_at IS NULL OR p.graced_at < p.silent_since)
-      AND EXISTS (SELECT 1 FROM leases WHERE expires_at < p.silent_until + @ttl::float8 * interval '1 second')
-    RETURNING p.silent_since, p.silent_until
-), renewed AS (
-    UPDATE leases l SET expires_at = greatest(l.expires_at, now() + @ttl::float8 * interval '1 second')
-    FROM granted g WHERE l.expires_at < g.silent_until + @ttl::float8 * interval '1 second'
-    RETURNING l.node_id
+var (
+	outageGraceStmt      = stmt("outage_grace")
+	expiredLeasesStmt    = stmt("expired_leases")
+	endCancelGraceStmt   = stmt("end_cancel_grace")
+	endTimedOutStmt      = stmt("end_timed_out")
+	endQueueTimedOutStmt = stmt("end_queue_timed_out")
 )
-SELECT (SELECT count(*) FROM renewed),
-       (SELECT count(*) FROM leases l, granted g WHERE l.expires_at < now()
-          AND l.expires_at < g.silent_until + @ttl::float8 * interval '1 second'),
-       coalesce((SELECT extract(epoch FROM silent_until - silent_since)::float8 FROM granted), 0)`
 
 // reapOutageGrace runs before step 1: when the system could not renew leases, their expiry says
 // nothing about their nodes, and reaping them would fail or requeue every healthy run (as Nomad
@@ -120,9 +97,9 @@ SELECT (SELECT count(*) FROM renewed),
 func (s *Store) reapOutageGrace(ctx context.Context, sum *ReapSummary) (bool, error) {
 	var expired int
 	var silent float64
-	err := s.pool.QueryRow(ctx, outageGraceSQL, named{"ttl": s.set.LeaseTTL.Seconds()}).Scan(&sum.OutageGrace, &expired, &silent)
+	err := outageGraceStmt.queryRow(ctx, s.pool, named{"ttl": s.set.LeaseTTL.Seconds()}).Scan(&sum.OutageGrace, &expired, &silent)
 	if err != nil {
-		return false, translate(err)
+		return false, err
 	}
 	if sum.OutageGrace > 0 {
 		s.log.Warn("outage_grace", "leases_renewed", sum.OutageGrace, "leases_expired", expired,
@@ -137,14 +114,9 @@ func (s *Store) reapOutageGrace(ctx context.Context, sum *ReapSummary) (bool, er
 func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, error) {
 	freed := 0
 	for inTime(ctx) {
-		rows, err := s.pool.Query(ctx, `
-			SELECT node_id, epoch FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT $1`, reapBatch)
+		due, err := collect(ctx, s.pool, expiredLeasesStmt, pgx.RowToStructByPos[leaseRef], reapBatch)
 		if err != nil {
-			return freed > 0, translate(err)
-		}
-		due, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leaseRef])
-		if err != nil {
-			return freed > 0, translate(err)
+			return freed > 0, err
 		}
 		progress := false
 		for _, l := range due {
@@ -171,30 +143,22 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 
 // reapLease is one expired lease's transaction.
 func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		lost, released, err = s.loseLease(ctx, tx, lostLease{
+	type outcome struct {
+		lost     bool
+		released int
+	}
+	o, err := inTx(ctx, s, func(tx pgx.Tx) (outcome, error) {
+		lost, released, err := s.loseLease(ctx, tx, lostLease{
 			leaseRef: l, Reason: ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
 		})
-		return err
+		return outcome{lost, released}, err
 	})
-	return lost, released, err
+	return o.lost, o.released, err
 }
-
-// The selections of steps 2-4: each is its own decision, re-evaluated inside the statement
-// that ends the runs, in batches, skipping runs another writer holds right now.
-const (
-	cancelGraceDue = `SELECT run_id FROM runs WHERE state = 'RUNNING'
-		AND cancel_requested_at < now() - @grace::float8 * interval '1 second'
-		ORDER BY cancel_requested_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
-	timeoutDue = `SELECT run_id FROM runs WHERE state = 'RUNNING' AND deadline_at < now()
-		ORDER BY deadline_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
-	queueTimeoutDue = `SELECT run_id FROM runs WHERE state = 'QUEUED' AND deadline_at < now()
-		ORDER BY deadline_at LIMIT @batch::int FOR UPDATE SKIP LOCKED`
-)
 
 func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.Cancelled, sum, ending{
-		due: cancelGraceDue, from: Running, state: Cancelled, reason: ReasonCancelled,
+		stmt: endCancelGraceStmt, from: Running, state: Cancelled, reason: ReasonCancelled,
 		kind: "cancel_grace_expired", pendingTo: Cancelled,
 		args: named{"grace": s.set.CancelGrace.Seconds()},
 	})
@@ -202,14 +166,14 @@ func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (bool, er
 
 func (s *Store) reapTimeouts(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.TimedOut, sum, ending{
-		due: timeoutDue, from: Running, state: Failed, reason: ReasonTimeout,
+		stmt: endTimedOutStmt, from: Running, state: Failed, reason: ReasonTimeout,
 		kind: "timed_out", pendingTo: Cancelled,
 	})
 }
 
 func (s *Store) reapQueueTimeouts(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.QueueTimedOut, sum, ending{
-		due: queueTimeoutDue, from: Queued, state: Failed, reason: ReasonQueueTimeout,
+		stmt: endQueueTimedOutStmt, from: Queued, state: Failed, reason: ReasonQueueTimeout,
 		kind: "queue_timed_out", pendingTo: Skipped,
 	})
 }
@@ -235,35 +199,4 @@ func (s *Store) endInBatches(ctx context.Context, count *int, sum *ReapSummary, 
 	}
 	sum.Unfinished = true
 	return madeRoom, nil
-}
-
-// retireSQL removes nodes silent past NODE_RETIRE_AFTER. A node that still holds a lease is
-// left alone: its lease expires first and step 1 reaps it.
-const retireSQL = `
-	DELETE FROM nodes WHERE node_id IN (
-	    SELECT node_id FROM nodes n
-	    WHERE n.last_seen_at < now() - @retire::float8 * interval '1 second'
-	      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
-	    LIMIT @batch::int FOR UPDATE SKIP LOCKED)
-	  AND last_seen_at < now() - @retire::float8 * interval '1 second'`
-
-// reapRetired is step 6: nodes silent past NODE_RETIRE_AFTER leave the fleet, and with them
-// the queued runs only they could serve.
-func (s *Store) reapRetired(ctx context.Context, sum *ReapSummary) (bool, error) {
-	for inTime(ctx) {
-		tag, err := s.pool.Exec(ctx, retireSQL, named{"retire": s.set.RetireAfter.Seconds(), "batch": reapBatch})
-		if err != nil {
-			return false, translate(err)
-		}
-		sum.Retired += int(tag.RowsAffected())
-		if tag.RowsAffected() < reapBatch {
-			break
-		}
-	}
-	if sum.Retired == 0 {
-		return false, nil
-	}
-	failed, err := s.failUnservable(ctx)
-	sum.Unservable += failed.runs
-	return failed.madeRoom(), err
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -53,163 +52,25 @@ type reportStep struct {
 	NodeID   string   `json:"node_id"` // the node the step's role was given
 }
 
-// lockRunSQL takes the run's row lock: every writer of a run takes it first, so a report, a
-// cancel and a reaper never interleave on one run.
-//
-// It locks only a run the writer may act on. The wake takes a locked queued run for one being
-// promoted and places the run behind it, so a lock taken for nothing broke arrival order: a
-// stranger's cancel (404 after the lock) or a node's late report on a run that was requeued
-// (409: a queued run holds no lease to report under) let a younger run overtake the older.
-// $2: the owner a non-admin cancel must be; $3: a report's node, which never locks a queued run.
-const lockRunSQL = `SELECT state, attempt, cancel_requested_at IS NOT NULL FROM runs
-	WHERE run_id = $1 AND ($2::text = '' OR owner = $2::text) AND ($3::text = '' OR state <> 'QUEUED')
-	FOR UPDATE`
-
-// lockTarget is the run a writer locks, and for whom.
-type lockTarget struct {
-	RunID  string
-	NodeID string // a report's node ("" for a cancel)
-	Owner  string // a non-admin cancel's owner ("" for an admin or a report)
-}
-
-// readLockedSQL reads the run's steps and nodeID's lease on it. It is a statement of its own,
-// after the lock, on purpose: a SELECT ... FOR UPDATE that waited for the lock re-reads the
-// locked row but not the rest of its statement, so steps read in the same statement as the
-// lock were as they stood before the writer we waited for. A cancel queued behind the report
-// that finished the last running step decided from those and left the run RUNNING with every
-// step final and no lease (found by the stress test; TestWriterDecidesFromTheRunAsLocked).
-const readLockedSQL = `
-	SELECT (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state,
-	                'after', s.after, 'tries', s.tries, 'retries', s.retries, 'exit_code', s.exit_code,
-	                'epoch', s.epoch, 'node_id', ro.node_id) ORDER BY s.ordinal)
-	          FROM steps s JOIN run_roles ro ON ro.run_id = s.run_id AND ro.role = s.role
-	          WHERE s.run_id = $1),
-	       l.epoch, l.boot_id, l.role, EXISTS (SELECT 1 FROM runs WHERE run_id = $1)
-	FROM (SELECT 1) one LEFT JOIN leases l ON l.run_id = $1 AND l.node_id = $2`
-
-// lockedRun is a run as a writer sees it once it holds the run's row.
-type lockedRun struct {
-	state      string
-	attempt    int
-	cancelling bool
-	steps      []reportStep
-	epoch      *int64 // the node's lease on this run, if any
-	boot, role *string
-	// exists: the run exists, locked or not. A run that exists but was not locked is one the
-	// writer may not act on (another owner's, or queued under a report).
-	exists bool
-}
-
-// queueLockRun queues the lock of a run and then the read of it, with the node's lease on it
-// (none for a cancel), into r. Pipelined, the read still runs after the lock is held, so it
-// sees the run as locked. A run not locked — missing, or not the writer's to act on — leaves
-// r.state empty (see locked).
-func queueLockRun(b *pgx.Batch, t lockTarget, r *lockedRun) {
-	b.Queue(lockRunSQL, t.RunID, t.Owner, t.NodeID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&r.state, &r.attempt, &r.cancelling)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
-	b.Queue(readLockedSQL, t.RunID, t.NodeID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&r.steps, &r.epoch, &r.boot, &r.role, &r.exists)
-	})
-}
-
-// lockRun locks a run and reads it, in one round trip, inside tx.
-func lockRun(ctx context.Context, tx pgx.Tx, t lockTarget) (lockedRun, error) {
-	var r lockedRun
-	b := &pgx.Batch{}
-	queueLockRun(b, t, &r)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return r, err
-	}
-	return r, r.locked(t)
-}
-
-// locked says why a run was not locked: not found (also another owner's: to them it does not
-// exist), or, for a report, stale — a queued run holds no lease to report under.
-func (r lockedRun) locked(t lockTarget) error {
-	switch {
-	case r.state != "":
-		return nil
-	case r.exists && t.NodeID != "":
-		return ErrStaleAssignment
-	default:
-		return ErrNotFound
-	}
-}
-
-// reportStepUpdate writes the reported step; reportNextSteps are the steps the report made
-// runnable for the node, as it is told them. Both report statements share them.
-//
-// The update re-checks what the report was decided from (I7): the step's state, and the lease
-// the report is fenced by. The run's row lock already keeps both as read; if the update ever
-// finds otherwise, it writes nothing, nor does anything gated on it, and Report answers
-// ErrStaleAssignment.
-const (
-	reportStepUpdate = `
-    UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
-        message = @message::text, output = @output::text, epoch = @epoch::bigint,
-        started_at = CASE WHEN @state::text = 'RUNNING' THEN now()
-                          WHEN @state::text = 'PENDING' THEN NULL ELSE started_at END,
-        finished_at = CASE WHEN @state::text IN ('PENDING', 'RUNNING') THEN NULL ELSE now() END
-    WHERE run_id = @run_id::text AND step_id = @step_id::text AND state = @prev::text
-      AND EXISTS (SELECT 1 FROM leases l WHERE l.node_id = @node_id::text AND l.run_id = @run_id::text
-                  AND l.epoch = @epoch::bigint AND l.boot_id = @boot_id::text AND l.role = @role::text)
-    RETURNING step_id`
-	reportNextSteps = `
-       (SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
-                'state', 'PENDING', 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
-          FROM steps WHERE run_id = @run_id::text AND step_id = ANY (@next::text[]))`
+var (
+	reportStepStmt  = stmt("report_step")
+	reportWriteStmt = stmt("report_write")
 )
 
-// reportStepSQL applies a report that changes its step only (started, a retry): the usual
-// half of all reports, and a fifth of the statement below to start up.
-const reportStepSQL = `
-/* report: step */
-WITH step AS (` + reportStepUpdate + `
-)
-SELECT (SELECT count(*) FROM step), 0::bigint,` + reportNextSteps
-
-// reportWriteSQL applies what Report decided, in one statement: the step, the dependents it
-// skips, the lease it releases, the settle.
-const reportWriteSQL = `
-/* report: write */
-WITH step AS (` + reportStepUpdate + `
-), skipped AS (
-    UPDATE steps SET state = 'SKIPPED', finished_at = now()
-    WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = 'PENDING'
-      AND EXISTS (SELECT 1 FROM step)
-), freed AS (
-    DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
-      AND EXISTS (SELECT 1 FROM step)
-    RETURNING node_id
-), settled AS (
-    UPDATE runs SET state = @settle::text, reason = @reason::text, finished_at = now(), deadline_at = NULL
-    WHERE run_id = @run_id::text AND @settle::text <> '' AND state = 'RUNNING' AND EXISTS (SELECT 1 FROM step)
-    RETURNING attempt
-), event AS (
-    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
-    SELECT @run_id::text, @attempt::int, 'settled', 'RUNNING', @settle::text, @reason::text, NULL FROM settled
-    UNION ALL
-    SELECT @run_id::text, @attempt::int, 'released', 'RUNNING', 'RUNNING', NULL, node_id
-    FROM freed WHERE @settle::text = ''
-)
-SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed),` + reportNextSteps
-
-// Report applies a node's report on one step (SPEC.md §5, Result), all in one transaction:
-// the step, the dependents of a failed step (SKIPPED), the node's lease once its steps are all
-// final (partial release), and the run once every step is (settle). The caller wakes the
-// queue after it when the report released a lease.
+// Report applies a node's report on one step, all in one transaction: the step, the
+// dependents of a failed step (SKIPPED), the node's lease once its steps are all final
+// (partial release), and the run once every step is (settle). The caller wakes the queue
+// after it when CapacityAppeared.
 func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error) {
-	var lr lockedRun
-	var res ReportResult
-	err := s.pipelinedTx(ctx,
-		func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
-		func(b *pgx.Batch) error { return planReport(lr, p, b, &res) })
-	return res, err
+	return pipelinedTx(ctx, s, func() pipelined[ReportResult] {
+		var lr lockedRun
+		var res ReportResult
+		return pipelined[ReportResult]{
+			read:   func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
+			write:  func(b *pgx.Batch) error { return planReport(lr, p, b, &res) },
+			result: func() ReportResult { return res },
+		}
+	})
 }
 
 // planReport decides what the report does to the run as locked, puts the answer in res and
@@ -246,17 +107,11 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 	if d.settle != "" {
 		res.RunState = d.settle
 	}
-	write := reportWriteSQL
+	write := reportWriteStmt
 	if len(d.skip) == 0 && len(d.release) == 0 && d.settle == "" {
-		write = reportStepSQL
+		write = reportStepStmt
 	}
-	b.Queue(write, named{
-		"run_id": p.RunID, "step_id": p.StepID, "state": d.state, "tries": d.tries,
-		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
-		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
-		"attempt": attempt, "next": d.next(st.Role),
-		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role,
-	}).QueryRow(func(row pgx.Row) error {
+	write.queue(b, func(row pgx.Row) error {
 		var wrote int
 		if err := row.Scan(&wrote, &res.Released, &res.Next); err != nil {
 			return err
@@ -266,6 +121,12 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 		}
 		res.CapacityAppeared = res.Released > 0
 		return nil
+	}, named{
+		"run_id": p.RunID, "step_id": p.StepID, "state": d.state, "tries": d.tries,
+		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
+		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
+		"attempt": attempt, "next": d.next(st.Role),
+		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role,
 	})
 	return nil
 }
@@ -355,6 +216,8 @@ func dependents(steps []reportStep, id string) []string {
 	return out
 }
 
+// runnable: every step st waits for has SUCCEEDED (the rest of the rule — PENDING, no cancel
+// requested — the callers check). sql/rules.sql's runnable is its SQL twin.
 func runnable(steps []reportStep, st reportStep) bool {
 	for _, dep := range st.After {
 		if j := slices.IndexFunc(steps, func(s reportStep) bool { return s.ID == dep }); j < 0 || steps[j].State != Succeeded {

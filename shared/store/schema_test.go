@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"mediator/localdev/testdb"
 	"mediator/migrations"
+	"mediator/shared/request"
 	"mediator/shared/store"
 )
 
@@ -21,8 +23,8 @@ INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at) VALUES
     ('n2', '{board=rpi4}', 'b1', now() + interval '1 minute');
 INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, started_at) VALUES
     ('r1', 'client:t', 'RUNNING', '\x00', '[["board=rpi4"]]', 1, 1, now());
-INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, queued_at) VALUES
-    ('q1', 'client:t', 'QUEUED', '\x00', '[["board=rpi4"]]', 1, 1, now());
+INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts) VALUES
+    ('q1', 'client:t', 'QUEUED', '\x00', '[["board=rpi4"]]', 1, 1);
 INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES
     ('r1', 'main', 0, '{board=rpi4}', 'n1'), ('q1', 'main', 0, '{board=rpi4}', '');
 INSERT INTO steps (run_id, step_id, role, ordinal) VALUES ('r1', 's1', 'main', 0), ('q1', 's1', 'main', 0);
@@ -65,8 +67,8 @@ func TestConstraintsHaveNames(t *testing.T) {
 		// I3: a QUEUED run holds nothing — refused at COMMIT.
 		{"I3 queued run names a node", `UPDATE run_roles SET node_id = 'n2' WHERE run_id = 'q1'`, "runs_queued_holds_nothing", store.ErrInvariant},
 		// I4: identifiers are unique.
-		{"I4 run_id twice", `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, queued_at)
-			VALUES ('q1', 'client:t', 'QUEUED', '\x00', '[]', 1, 1, now())`, "runs_pkey", store.ErrInvariant},
+		{"I4 run_id twice", `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts)
+			VALUES ('q1', 'client:t', 'QUEUED', '\x00', '[]', 1, 1)`, "runs_pkey", store.ErrInvariant},
 		{"I4 step id twice", `INSERT INTO steps (run_id, step_id, role, ordinal) VALUES ('q1', 's1', 'main', 1)`, "steps_pkey", store.ErrInvariant},
 		{"I4 role twice", `INSERT INTO run_roles (run_id, role, ordinal, needs) VALUES ('q1', 'main', 1, '{}')`, "run_roles_pkey", store.ErrInvariant},
 		// I5: finished_at exactly when terminal.
@@ -286,5 +288,27 @@ func TestLockTimeoutBoundsTheWaitAtCommit(t *testing.T) {
 	}
 	if !errors.Is(store.Translate(err), store.ErrUnavailable) {
 		t.Fatalf("the store took %v for something other than unavailable", store.Translate(err))
+	}
+}
+
+// The identifier patterns are written twice, in the request decoder (which answers 400 with the
+// path) and in the schema's CHECKs (the last line of defence): the two must be one pattern.
+func TestIDPatternsInGoAreTheSchemas(t *testing.T) {
+	t.Parallel()
+	conn := withFixture(t)
+	for constraint, want := range map[string]string{
+		"mediator_id_format":    request.IDPattern.String(),
+		"nodes_boot_id_format":  request.IDPattern.String(),
+		"run_roles_role_format": request.StepIDPattern.String(),
+	} {
+		var def string
+		if err := conn.QueryRow(context.Background(),
+			`SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = $1`, constraint).Scan(&def); err != nil {
+			t.Fatalf("%s: %v", constraint, err)
+		}
+		m := regexp.MustCompile(`~ '(.*)'::text`).FindStringSubmatch(def)
+		if m == nil || m[1] != want {
+			t.Errorf("%s is %s; the request decoder checks %s", constraint, def, want)
+		}
 	}
 }

@@ -1,8 +1,18 @@
 // Package store is Mediator's one pgx store: all SQL, every transaction, and WakeQueued.
 //
-// Concurrency safety lives in PostgreSQL, not here: every rule of SPEC.md §3 is a named
-// constraint or a conditional write, and this package only ever asks the database to do
-// something "if it is still true". There are no advisory locks and no mutexes.
+// Concurrency safety lives in PostgreSQL, not here: every invariant is a named constraint or
+// a conditional write (DESIGN.md lists them), and this package only ever asks the database to
+// do something "if it is still true". There are no advisory locks and no mutexes.
+//
+// The SQL is in sql/*.sql (sql.go says how it is laid out and loaded), called through pgx by
+// hand rather than through generated code such as sqlc's: most statements are one
+// data-modifying CTE that does a whole transition in one round trip, several are built per
+// width or per filter, and the hot ones bind named arguments through a cached rewrite
+// (named.go) — none of which a generator would leave as plain, or as cheap.
+//
+// Layout: one file per concern (submit, runs, queue, nodes, fleet, results, cancel, leases,
+// settle, wake, reap), the run lock and the lock order every writer keeps in lock.go, the
+// domain types in types.go, errors and their translation in errors.go, transactions in tx.go.
 package store
 
 import (
@@ -22,11 +32,11 @@ type Store struct {
 	set  Settings
 	log  *slog.Logger
 	// The wake's statements that read heads, with this store's starvation bound written in.
-	startSQL, nextOfShapeSQL string
+	wakeStart, wakeNextOfShape statement
 }
 
-// Settings are the durations and limits of SPEC.md §8 that the store decides by. The store
-// takes them as given; shared/config validated them.
+// Settings are the durations and limits the store decides by. The store takes them as given;
+// shared/config validated them.
 type Settings struct {
 	LeaseTTL    time.Duration
 	AdvertTTL   time.Duration
@@ -97,14 +107,12 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 		log = slog.Default()
 	}
 	return &Store{pool: pool, set: set, log: log,
-		startSQL: withStarvation(startSQL, set.Starvation), nextOfShapeSQL: withStarvation(nextOfShapeSQL, set.Starvation)}
+		wakeStart: withStarvation(wakeStart, set.Starvation), wakeNextOfShape: withStarvation(wakeNextOfShape, set.Starvation)}
 }
 
-// Pool is the underlying pool, for the test harness and the benchmarks.
+// Pool is the underlying pool, for what has no method here: the tests' and the benchmarks'
+// own reads and writes around the store. Mediator itself goes through the store's methods.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Settings are the settings the store was made with.
-func (s *Store) Settings() Settings { return s.set }
 
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }

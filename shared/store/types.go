@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Run states (SPEC.md §2). There are no others: a cancel in progress is RUNNING with
-// CancelRequestedAt set.
+// Run states. There are no others: a cancel in progress is RUNNING with CancelRequestedAt set.
+// Statements name them as {{QUEUED}} and so on (sql.go): these are their one definition.
 const (
 	Queued    = "QUEUED"
 	Running   = "RUNNING"
@@ -15,10 +15,21 @@ const (
 	Cancelled = "CANCELLED"
 )
 
+// RunStates are every run state, in the order a run may pass through them.
+var RunStates = []string{Queued, Running, Succeeded, Failed, Cancelled}
+
 // Step states beyond the run's.
 const (
 	Pending = "PENDING"
 	Skipped = "SKIPPED"
+)
+
+// Node states, as GET /v1/nodes shows them; sql/rules.sql's node_state decides which.
+const (
+	NodeIdle     = "idle"     // available: a live advert, not draining, no lease
+	NodeLeased   = "leased"   // a run holds it
+	NodeDraining = "draining" // live, taking no new work
+	NodeOffline  = "offline"  // its advert expired
 )
 
 // Reasons on FAILED and CANCELLED runs.
@@ -34,7 +45,7 @@ const (
 	ReasonCancelled     = "cancelled"
 )
 
-// Run is a run as clients see it (SPEC.md §5, "Run").
+// Run is a run as clients see it.
 type Run struct {
 	RunID               string            `json:"run_id"`
 	State               string            `json:"state"`
@@ -93,7 +104,7 @@ type Event struct {
 // Node is a fleet entry (GET /v1/nodes).
 type Node struct {
 	NodeID     string    `json:"node_id"`
-	State      string    `json:"state"` // idle | leased | draining | offline
+	State      string    `json:"state"` // NodeIdle, NodeLeased, NodeDraining or NodeOffline
 	Labels     []string  `json:"labels"`
 	BootID     string    `json:"boot_id"`
 	Draining   bool      `json:"draining"`

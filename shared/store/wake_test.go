@@ -254,8 +254,8 @@ func TestWakeIdleCostIsOneQueryAtAnyDepth(t *testing.T) {
 }
 
 // A heartbeat renewing its node's advert holds the node's row until it commits; a wake in that
-// moment still places a queued run on the node. (It used to lock the node's row, skip it as
-// taken, and leave the run queued next to an idle node until some later wake.)
+// moment still places a queued run on the node: a wake that locked the node's row would skip
+// it as taken and leave the run queued next to an idle node until some later wake.
 func TestWakePlacesOnANodeWhoseHeartbeatIsInFlight(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)

@@ -1,4 +1,4 @@
-// Command demo plays the CP2 gate out loud against a real local stack (`make demo`): a node
+// Command demo plays placement, queueing, promotion and refusal out loud against a real local stack (`make demo`): a node
 // joins, runs are placed, queued, promoted and refused, then a run survives its node's agent
 // restarting. It starts PostgreSQL, a fresh database and the API in-process, drives them over
 // HTTP with a simulated node agent (localdev/fleet), and stops everything when done.

@@ -64,10 +64,10 @@ func (p *play) stopNodes() {
 	p.nodes.Wait()
 }
 
-// gate is the CP2 gate: placement, queueing, promotion when a node frees, and an at-once
+// gate is the core of the contract: placement, queueing, promotion when a node frees, and an at-once
 // refusal of what no node of the fleet could ever serve.
 func (p *play) gate(ctx context.Context) error {
-	fmt.Println("Act 1: the CP2 gate")
+	fmt.Println("Act 1: placed, queued, promoted, refused")
 	p.rpiA = p.node("rpi-A", "board=rpi4")
 	hb, err := p.rpiA.Heartbeat(ctx)
 	if err != nil {

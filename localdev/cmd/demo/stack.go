@@ -5,16 +5,16 @@ import (
 	"log/slog"
 	"os"
 
+	"mediator/localdev/devserver"
 	"mediator/localdev/gateway"
-	"mediator/localdev/localstack"
 )
 
 // startStack is `make dev`'s stack on a cluster and a fresh database of the demo's own, so every
 // demo starts from an empty fleet and unused run ids. The handlers' request logs would drown
 // the demo's lines; warnings and errors still show. On error, Stop releases what did start.
-func startStack(ctx context.Context) (*localstack.Stack, error) {
+func startStack(ctx context.Context) (*devserver.Stack, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := localstack.Open(ctx, localstack.Options{Cluster: "demo", Database: "mediator_demo", Fresh: true, Log: log})
+	s, err := devserver.Open(ctx, devserver.Options{Cluster: "demo", Database: "mediator_demo", Fresh: true, Log: log})
 	if err != nil {
 		return s, err
 	}

@@ -19,10 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"mediator/localdev/devserver"
 	"mediator/localdev/gateway"
 	"mediator/localdev/localpg"
-	"mediator/localdev/localstack"
-	"mediator/shared/reaper"
+	"mediator/shared/upkeep"
 )
 
 func main() {
@@ -56,15 +56,15 @@ func main() {
 	}
 }
 
-func options() localstack.Options {
+func options() devserver.Options {
 	text := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	return localstack.Options{Cluster: "dev", Database: "mediator", Logf: func(f string, a ...any) { text.Info(fmt.Sprintf(f, a...)) }}
+	return devserver.Options{Cluster: "dev", Database: "mediator", Logf: func(f string, a ...any) { text.Info(fmt.Sprintf(f, a...)) }}
 }
 
 // migrate runs the migrate function's code (Open migrates with it). A cluster it had to start
 // is stopped again; one a running `make dev` owns is left alone.
 func migrate(ctx context.Context) error {
-	s, err := localstack.Open(ctx, options())
+	s, err := devserver.Open(ctx, options())
 	defer s.Stop()
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ func migrate(ctx context.Context) error {
 }
 
 func serve(ctx context.Context) error {
-	s, err := localstack.Open(ctx, options())
+	s, err := devserver.Open(ctx, options())
 	defer s.Stop()
 	if err != nil {
 		return err
@@ -86,13 +86,13 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
-	reap := reaper.Handler(s.Store, s.Log)
+	reap := upkeep.Reap(s.Store, s.Log)
 	if err := s.Serve(envInt("PORT", 3000), tokens, map[string]http.HandlerFunc{"POST /local/reap": gateway.LocalReap(tokens, reap)}); err != nil {
 		return err
 	}
 	every := time.Duration(envInt("REAP_EVERY_SECONDS", 60)) * time.Second
 	go gateway.Ticker(ctx, every, func(ctx context.Context) {
-		_, _ = reap(ctx, reaper.ScheduledEvent("local-"+time.Now().UTC().Format(time.RFC3339)))
+		_, _ = reap(ctx, upkeep.ScheduledEvent("local-"+time.Now().UTC().Format(time.RFC3339)))
 	})
 	fmt.Printf("\nMediator is serving on %s (reaper every %s)\n  %s\n  try: curl -s %s/healthz\n\n",
 		s.Base, every, tokens.Describe(), s.Base)

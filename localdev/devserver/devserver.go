@@ -1,7 +1,7 @@
-// Package localstack is Mediator on one machine: a PostgreSQL (a local cluster, or
+// Package devserver is Mediator on one machine: a PostgreSQL (a local cluster, or
 // DATABASE_URL), a migrated database, and the real handlers behind the local gateway on
 // 127.0.0.1. `make dev`, `make migrate`, `make demo` and `make bench` all start it here.
-package localstack
+package devserver
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 	"mediator/localdev/localpg"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
-	"mediator/shared/migrator"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/upkeep"
 )
 
 // Options choose the cluster and the database.
@@ -81,7 +81,7 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	if s.Store, err = startup.OpenStore(ctx, s.Config, "mediator-local", s.Log, o.Tracer); err != nil {
 		return s, err
 	}
-	if _, err := migrator.Handler(s.Store, s.Log)(ctx, nil); err != nil {
+	if _, err := upkeep.Migrate(s.Store, s.Log)(ctx, nil); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -120,8 +120,8 @@ func (s *Stack) Serve(port int, tokens *gateway.Tokens, extra map[string]http.Ha
 }
 
 // Deps are what every handler is built from.
-func (s *Stack) Deps() httpapi.Deps {
-	return httpapi.Deps{Store: s.Store, Config: s.Config, Log: s.Log}
+func (s *Stack) Deps() startup.Deps {
+	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log}
 }
 
 // Wait blocks until the server stops or ctx ends.
@@ -162,7 +162,7 @@ func (s *Stack) Stop() {
 func EnsureDatabase(ctx context.Context, adminURL, name string, fresh bool) (string, error) {
 	dbURL, err := localpg.WithDatabase(adminURL, name)
 	if err != nil {
-		return "", fmt.Errorf("localstack: DATABASE_URL must be a postgres:// URL")
+		return "", fmt.Errorf("devserver: DATABASE_URL must be a postgres:// URL")
 	}
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {

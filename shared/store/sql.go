@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The store's SQL lives in sql/*.sql, one file per concern. Each statement sits under a
+// "-- name: <name>" header (River's layout) and opens with a /* tag */ comment, which names it
+// in pg_stat_statements and in the store's errors. A rule that several statements share is
+// written once in sql/rules.sql under "-- fragment: <name>(<alias>, ...)" and used as
+// {{name arg ...}}, its aliases replaced by the arguments; the states and the store's limits
+// come from the Go constants that define them, as {{QUEUED}} or {{walkFree}}.
+//
+// Everything is expanded once, at package init, and a statement is fetched by name into a
+// package-level variable: a name, fragment or constant that does not exist panics there, so a
+// typo stops every function at start-up instead of failing one request in production.
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// sqlConstants are the Go values statements may name: each is defined once, in Go.
+var sqlConstants = map[string]string{
+	"QUEUED": quote(Queued), "RUNNING": quote(Running), "SUCCEEDED": quote(Succeeded),
+	"FAILED": quote(Failed), "CANCELLED": quote(Cancelled), "PENDING": quote(Pending), "SKIPPED": quote(Skipped),
+	"IDLE": quote(NodeIdle), "LEASED": quote(NodeLeased), "DRAINING": quote(NodeDraining), "OFFLINE": quote(NodeOffline),
+	"reason_cancelled": quote(ReasonCancelled),
+	"walkFree":         strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// statement is one named SQL statement, expanded.
+type statement struct {
+	name string
+	sql  string
+}
+
+var (
+	sqlOnce      sync.Once
+	sqlByName    map[string]string
+	sqlFragments map[string]fragment
+	sqlUsed      = map[string]bool{}
+	sqlMu        sync.Mutex
+)
+
+func loadSQL() { sqlByName, sqlFragments = mustLoadSQL(sqlFiles) }
+
+// stmt is the statement called name. It panics when there is none: it is called from
+// package-level variables, so at init.
+func stmt(name string) statement {
+	sqlOnce.Do(loadSQL)
+	text, ok := sqlByName[name]
+	if !ok {
+		panic(fmt.Sprintf("store: no SQL statement named %q in sql/*.sql", name))
+	}
+	sqlMu.Lock()
+	sqlUsed[name] = true
+	sqlMu.Unlock()
+	return statement{name: name, sql: text}
+}
+
+var (
+	headerRE      = regexp.MustCompile(`^-- (name|fragment): ([A-Za-z_][A-Za-z0-9_]*)(?:\(([^)]*)\))?\s*$`)
+	placeholderRE = regexp.MustCompile(`\{\{\s*([A-Za-z_][A-Za-z0-9_]*)((?:\s+@?[A-Za-z_][A-Za-z0-9_]*)*)\s*\}\}`)
+)
+
+type fragment struct {
+	params []string
+	body   string
+}
+
+// mustLoadSQL reads every file, then expands every statement.
+func mustLoadSQL(files fs.FS) (map[string]string, map[string]fragment) {
+	statements, fragments, err := parseSQL(files)
+	if err == nil {
+		for name, text := range statements {
+			if statements[name], err = expand(text, fragments, 0); err != nil {
+				err = fmt.Errorf("statement %s: %w", name, err)
+				break
+			}
+		}
+	}
+	if err != nil {
+		panic("store: sql/*.sql: " + err.Error())
+	}
+	return statements, fragments
+}
+
+func parseSQL(files fs.FS) (map[string]string, map[string]fragment, error) {
+	statements, fragments := map[string]string{}, map[string]fragment{}
+	paths, err := fs.Glob(files, "sql/*.sql")
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(paths)
+	for _, path := range paths {
+		b, err := fs.ReadFile(files, path)
+		if err != nil {
+			return nil, nil, err
+		}
+		kind, name, params, body := "", "", "", []string{}
+		flush := func() error {
+			if kind == "" {
+				return nil
+			}
+			// Whole-line comments are for the file's reader: a statement is sent from its tag
+			// on, and a fragment is spliced into the middle of a line.
+			body = slices.DeleteFunc(body, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "--") })
+			text := strings.TrimSpace(strings.Join(body, "\n"))
+			if kind == "name" && !strings.HasPrefix(text, "/* ") {
+				return fmt.Errorf("%s: statement %s does not open with its /* tag */", path, name)
+			}
+			if _, dup := statements[name]; dup {
+				return fmt.Errorf("%s: %s defined twice", path, name)
+			}
+			if _, dup := fragments[name]; dup {
+				return fmt.Errorf("%s: %s defined twice", path, name)
+			}
+			if kind == "name" {
+				statements[name] = text
+				return nil
+			}
+			var ps []string
+			for _, p := range strings.Split(params, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					ps = append(ps, p)
+				}
+			}
+			fragments[name] = fragment{params: ps, body: text}
+			return nil
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := headerRE.FindStringSubmatch(line); m != nil {
+				if err := flush(); err != nil {
+					return nil, nil, err
+				}
+				kind, name, params, body = m[1], m[2], m[3], nil
+				continue
+			}
+			if kind != "" {
+				body = append(body, line)
+			}
+		}
+		if err := flush(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return statements, fragments, nil
+}
+
+// expand replaces every {{name args}} in text: a constant, or a fragment with its aliases
+// bound to the arguments.
+func expand(text string, fragments map[string]fragment, depth int) (string, error) {
+	if depth > 8 {
+		return "", fmt.Errorf("fragments nested too deep")
+	}
+	var failed error
+	out := placeholderRE.ReplaceAllStringFunc(text, func(ph string) string {
+		m := placeholderRE.FindStringSubmatch(ph)
+		name, args := m[1], strings.Fields(m[2])
+		if v, ok := sqlConstants[name]; ok && len(args) == 0 {
+			return v
+		}
+		f, ok := fragments[name]
+		if !ok {
+			failed = fmt.Errorf("no fragment or constant %q", name)
+			return ph
+		}
+		if len(args) != len(f.params) {
+			failed = fmt.Errorf("%s takes %d alias(es), given %d", name, len(f.params), len(args))
+			return ph
+		}
+		inner, err := expand(bind(f, args), fragments, depth+1)
+		if err != nil {
+			failed = err
+		}
+		return inner
+	})
+	return out, failed
+}
+
+// bind writes a fragment's body with its aliases replaced: "r." by the argument and a dot,
+// or, for an argument @p, by the parameter prefix "@p_"; an alias passed on to a fragment
+// inside ({{queue_order r}}) by the argument itself.
+func bind(f fragment, args []string) string {
+	if len(f.params) == 0 {
+		return f.body
+	}
+	arg := map[string]string{}
+	for i, p := range f.params {
+		arg[p] = args[i]
+	}
+	params := strings.Join(f.params, "|")
+	passedOn := regexp.MustCompile(`(\s)(` + params + `)\b`)
+	qualified := regexp.MustCompile(`\b(` + params + `)\.`)
+	body := placeholderRE.ReplaceAllStringFunc(f.body, func(ph string) string {
+		return passedOn.ReplaceAllStringFunc(ph, func(w string) string { return w[:1] + arg[w[1:]] })
+	})
+	return qualified.ReplaceAllStringFunc(body, func(w string) string {
+		a := arg[strings.TrimSuffix(w, ".")]
+		if strings.HasPrefix(a, "@") {
+			return a + "_"
+		}
+		return a + "."
+	})
+}
+
+// dynamic expands a statement built at run time (per width, per filter) the way the loaded
+// ones are, so that it uses the same fragments; it panics on a name that does not exist.
+func dynamic(name, text string) statement {
+	sqlOnce.Do(loadSQL)
+	text, err := expand(text, sqlFragments, 0)
+	if err != nil {
+		panic(fmt.Sprintf("store: statement %s: %v", name, err))
+	}
+	return statement{name: name, sql: text}
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// fail is err from st, translated and named.
+func (st statement) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &StatementError{Statement: st.name, Err: translate(err)}
+}
+
+func (st statement) exec(ctx context.Context, q querier, args ...any) (pgconn.CommandTag, error) {
+	tag, err := q.Exec(ctx, st.sql, args...)
+	return tag, st.fail(err)
+}
+
+func (st statement) query(ctx context.Context, q querier, args ...any) (pgx.Rows, error) {
+	rows, err := q.Query(ctx, st.sql, args...)
+	return rows, st.fail(err)
+}
+
+func (st statement) queryRow(ctx context.Context, q querier, args ...any) pgx.Row {
+	return namedRow{q.QueryRow(ctx, st.sql, args...), st}
+}
+
+// queue adds st to a batch; scan reads its one row, and its error is named like any other.
+func (st statement) queue(b *pgx.Batch, scan func(pgx.Row) error, args ...any) {
+	b.Queue(st.sql, args...).QueryRow(func(row pgx.Row) error { return st.fail(scan(row)) })
+}
+
+type namedRow struct {
+	pgx.Row
+	st statement
+}
+
+func (r namedRow) Scan(dest ...any) error { return r.st.fail(r.Row.Scan(dest...)) }
+
+// collect reads every row st answers, each with fn.
+func collect[T any](ctx context.Context, q querier, st statement, fn pgx.RowToFunc[T], args ...any) ([]T, error) {
+	rows, err := st.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, fn)
+	return out, st.fail(err)
+}

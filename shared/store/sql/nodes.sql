@@ -1,0 +1,110 @@
+-- The heartbeat, and what a node is told.
+
+-- fragment: lease_steps(lease)
+-- The steps a lease gives its node (lease: a row with run_id and role), as JSON, with what
+-- the node may do about each.
+(SELECT coalesce(json_agg(json_build_object(
+        'run_id', s.run_id, 'step_id', s.step_id, 'spec', s.spec, 'state', s.state,
+        'runnable', {{runnable s r}},
+        'cancel', r.cancel_requested_at IS NOT NULL) ORDER BY s.ordinal), '[]')
+     FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = lease.role
+     WHERE r.run_id = lease.run_id AND s.state IN ({{PENDING}}, {{RUNNING}}))
+
+-- name: heartbeat
+-- The whole routine heartbeat in one statement, so one round trip: register or refresh the
+-- advert, renew the lease held under this boot, read the node's steps.
+--
+-- It writes only what is due. The advert and the lease are renewed unless the last renewal is
+-- less than @slack old, and the advert is rewritten at once when it changed: a node that polls
+-- faster than that costs reads, not commits (polling agents once made every heartbeat a WAL
+-- flush and starved everything else).
+--
+-- The advert is only written when no lease is held under another boot (stale is empty). A
+-- restart has to release that lease in the same transaction as the boot changes — the deferred
+-- FK leases_held_under_current_boot refuses anything else — and that needs the run's row lock
+-- first, so it goes through heartbeatAfterRestart instead.
+/* heartbeat */
+WITH prev AS (
+    SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
+    FROM nodes WHERE node_id = @node_id::text
+), stale AS (
+    SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
+), fresh AS (
+    SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[] AND draining = @draining::bool
+      AND advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
+), ins AS (
+    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
+    SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
+           now() + @advert_ttl::float8 * interval '1 second', now()
+    WHERE NOT EXISTS (SELECT 1 FROM prev)
+    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
+), upd AS (
+    UPDATE nodes SET labels = @labels::text[], boot_id = @boot_id::text, draining = @draining::bool,
+        advert_expires_at = now() + @advert_ttl::float8 * interval '1 second', last_seen_at = now()
+    WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM stale)
+    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
+), node AS (
+    SELECT * FROM ins
+    UNION ALL SELECT * FROM upd
+    UNION ALL SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at FROM prev WHERE EXISTS (SELECT 1 FROM fresh)
+), pulse AS (
+    -- The system accepted a heartbeat (see heartbeat_pulse): at most one write a second, and
+    -- never a wait — a heartbeat that finds the row being written leaves it to that one.
+    UPDATE heartbeat_pulse p SET heard_at = now(),
+        quiet_from = CASE WHEN p.heard_at < now() - @lease_ttl::float8 * interval '1 second' THEN p.heard_at ELSE p.quiet_from END,
+        quiet_until = CASE WHEN p.heard_at < now() - @lease_ttl::float8 * interval '1 second' THEN now() ELSE p.quiet_until END
+    WHERE p.only_row AND p.only_row IN (SELECT only_row FROM heartbeat_pulse WHERE only_row
+                         AND coalesce(heard_at < now() - @slack::float8 * interval '1 second', true)
+                         FOR UPDATE SKIP LOCKED)
+), held AS (
+    SELECT run_id, role, epoch, expires_at FROM leases
+    WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM node)
+), renew AS (
+    UPDATE leases SET expires_at = now() + @lease_ttl::float8 * interval '1 second'
+    WHERE node_id = @node_id::text AND boot_id = @boot_id::text AND EXISTS (SELECT 1 FROM node)
+      AND expires_at < now() + (@lease_ttl::float8 - @slack::float8) * interval '1 second'
+    RETURNING run_id, role, epoch, expires_at
+), lease AS (
+    SELECT * FROM renew UNION ALL SELECT * FROM held WHERE NOT EXISTS (SELECT 1 FROM renew)
+)
+SELECT
+    EXISTS (SELECT 1 FROM stale),
+    -- What makes the node newly usable. A new boot counts even on a free node: a promotion
+    -- that chose it under the old boot is refused at its COMMIT (leases_held_under_current_boot)
+    -- once this commits, and its wake does not come back; this heartbeat's wake stands in.
+    coalesce((SELECT advert_expires_at <= now() OR draining AND NOT @draining::bool OR labels <> @labels::text[]
+                     OR boot_id <> @boot_id::text FROM prev), true),
+    node.node_id, {{node_state node lease}}, node.labels, node.boot_id, node.draining, node.last_seen_at,
+    lease.run_id, lease.epoch, lease.expires_at,
+    {{lease_steps lease}}
+FROM (SELECT 1) one
+LEFT JOIN node ON true
+LEFT JOIN lease ON true
+
+-- name: heartbeat_lock_node
+-- A restart locks its node first: node, then run, then lease is the order every writer keeps
+-- (lock.go).
+/* heartbeat: lock the node */
+SELECT 1 FROM nodes WHERE node_id = $1 FOR UPDATE
+
+-- name: heartbeat_stale_leases
+/* heartbeat: leases under another boot */
+SELECT node_id, epoch FROM leases WHERE node_id = $1 AND boot_id <> $2
+
+-- name: node_work
+-- The lease a node holds under its boot, and the steps it gives.
+/* node work */
+SELECT lease.run_id, lease.epoch, lease.expires_at, {{lease_steps lease}}
+FROM leases lease WHERE lease.node_id = $1 AND lease.boot_id = $2
+
+-- name: list_nodes
+/* nodes: list */
+SELECT n.node_id, {{node_state n l}}, n.labels, n.boot_id, n.draining, n.last_seen_at
+FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id
+ORDER BY n.node_id
+
+-- name: list_leases
+-- alive is judged by the lease alone.
+/* leases: list */
+SELECT node_id, run_id, role, epoch, expires_at, expires_at > now()
+FROM leases ORDER BY node_id

@@ -1,0 +1,55 @@
+-- A node's report on one step (results.go decides; these write what it decided).
+
+-- fragment: report_step_update
+-- Writes the reported step, re-checking what the report was decided from (I7): the step's
+-- state, and the lease the report is fenced by. The run's row lock already keeps both as read;
+-- if the update ever finds otherwise, it writes nothing, nor does anything gated on it, and
+-- Report answers ErrStaleAssignment.
+UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
+    message = @message::text, output = @output::text, epoch = @epoch::bigint,
+    started_at = CASE WHEN @state::text = {{RUNNING}} THEN now()
+                      WHEN @state::text = {{PENDING}} THEN NULL ELSE started_at END,
+    finished_at = CASE WHEN @state::text IN ({{PENDING}}, {{RUNNING}}) THEN NULL ELSE now() END
+WHERE run_id = @run_id::text AND step_id = @step_id::text AND state = @prev::text
+  AND EXISTS (SELECT 1 FROM leases l WHERE l.node_id = @node_id::text AND l.run_id = @run_id::text
+              AND l.epoch = @epoch::bigint AND l.boot_id = @boot_id::text AND l.role = @role::text)
+RETURNING step_id
+
+-- fragment: report_next_steps
+-- The steps the report made runnable for its node (decided in Go: @next), as it is told them.
+(SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
+         'state', {{PENDING}}, 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
+   FROM steps WHERE run_id = @run_id::text AND step_id = ANY (@next::text[]))
+
+-- name: report_step
+-- A report that changes its step only (started, a retry): the usual half of all reports, and a
+-- fifth of report_write to start up.
+/* report: step */
+WITH step AS ({{report_step_update}})
+SELECT (SELECT count(*) FROM step), 0::bigint, {{report_next_steps}}
+
+-- name: report_write
+-- What Report decided, in one statement: the step, the dependents it skips, the leases it
+-- releases, the settle.
+/* report: write */
+WITH step AS ({{report_step_update}}
+), skipped AS (
+    UPDATE steps SET state = {{SKIPPED}}, finished_at = now()
+    WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = {{PENDING}}
+      AND EXISTS (SELECT 1 FROM step)
+), freed AS (
+    DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
+      AND EXISTS (SELECT 1 FROM step)
+    RETURNING node_id
+), settled AS (
+    UPDATE runs SET state = @settle::text, reason = @reason::text, finished_at = now(), deadline_at = NULL
+    WHERE run_id = @run_id::text AND @settle::text <> '' AND state = {{RUNNING}} AND EXISTS (SELECT 1 FROM step)
+    RETURNING attempt
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason, node_id)
+    SELECT @run_id::text, @attempt::int, 'settled', {{RUNNING}}, @settle::text, @reason::text, NULL FROM settled
+    UNION ALL
+    SELECT @run_id::text, @attempt::int, 'released', {{RUNNING}}, {{RUNNING}}, NULL, node_id
+    FROM freed WHERE @settle::text = ''
+)
+SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed), {{report_next_steps}}

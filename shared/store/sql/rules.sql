@@ -1,0 +1,41 @@
+-- The rules that several statements share, each written here once. A fragment's aliases name
+-- the rows it reads: {{queue_order r}} orders runs called r. An alias given as @name stands
+-- for named parameters instead (@name_created_at, @name_run_id, ...).
+
+-- fragment: queue_order(r)
+-- The queue's order: arrival, kept across requeues. head.before is its Go twin
+-- (TestQueueOrderInGoIsTheQueueOrderInSQL).
+r.created_at, r.run_id
+
+-- fragment: ahead(q, r)
+-- Run q is ahead of run r in the queue.
+({{queue_order q}}) < ({{queue_order r}})
+
+-- fragment: protected(r)
+-- The starvation rule: a queued run older than STARVATION_SECONDS keeps every node it could
+-- use from younger runs. @starvation is written into the wake's statements as a literal
+-- (Store.New), so that they take no parameter and keep one plan.
+r.created_at < now() - @starvation::float8 * interval '1 second'
+
+-- fragment: takes_work(n)
+-- A node the queue may place on, lease aside: its advert is live and it is not draining. An
+-- available node also holds no lease: statements find those through free_nodes.
+n.advert_expires_at > now() AND NOT n.draining
+
+-- fragment: node_state(n, l)
+-- What GET /v1/nodes and a heartbeat's answer say a node is; l is its lease, if any.
+CASE WHEN l.run_id IS NOT NULL THEN {{LEASED}}
+     WHEN n.advert_expires_at <= now() THEN {{OFFLINE}}
+     WHEN n.draining THEN {{DRAINING}}
+     ELSE {{IDLE}} END
+
+-- fragment: need_key(ro)
+-- A role's needs as one string (labels never contain a comma): how the wake pairs planned
+-- nodes with a picked run's roles. needKey is its Go twin (TestNeedKeyInGoIsNeedKeyInSQL).
+array_to_string(ro.needs, ',')
+
+-- fragment: runnable(s, r)
+-- A step its node may start now: PENDING, its run not cancelling, every step it waits for
+-- SUCCEEDED. The report path's runnable is its Go twin (TestRunnableInGoIsRunnableInSQL).
+s.state = {{PENDING}} AND r.cancel_requested_at IS NULL AND NOT EXISTS (
+    SELECT 1 FROM steps d WHERE d.run_id = s.run_id AND d.step_id = ANY (s.after) AND d.state <> {{SUCCEEDED}})

@@ -1,0 +1,99 @@
+-- Runs: the submission's insert, and reading runs back.
+
+-- fragment: queue_position(r)
+-- How many runs are ahead of r while it is QUEUED. It counts them: the deeper the queue, the
+-- more a read of a queued run costs.
+CASE WHEN r.state = {{QUEUED}} THEN (SELECT count(*) FROM runs q
+    WHERE q.state = {{QUEUED}} AND {{ahead q r}}) END
+
+-- fragment: run_fields(r)
+-- A whole run as clients see it, roles and steps included (scanRun reads them), but for its
+-- queue position.
+r.run_id, r.owner, r.state, r.reason, r.attempt, r.max_attempts, r.created_at, r.started_at,
+r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
+r.wait_for_capacity, r.metadata,
+(SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
+   FROM run_roles ro WHERE ro.run_id = r.run_id) AS roles,
+(SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,
+        'retries', s.retries, 'tries', s.tries, 'exit_code', s.exit_code, 'message', s.message,
+        'started_at', s.started_at, 'finished_at', s.finished_at) ORDER BY s.ordinal)
+   FROM steps s WHERE s.run_id = r.run_id) AS steps
+
+-- fragment: newest_first(r)
+-- The order runs are listed in (GET /v1/runs).
+r.created_at DESC, r.run_id DESC
+
+-- fragment: listed_after(r)
+-- r comes after the cursor (@after_us, @after_id: the last run of the page before) in that order.
+(r.created_at, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_id::text)
+
+-- name: get_run
+/* runs: get */
+SELECT {{run_fields r}}, {{queue_position r}} FROM runs r WHERE r.run_id = $1
+
+-- name: run_history
+/* runs: history */
+SELECT at, attempt, kind, from_state, to_state, reason, node_id
+FROM run_events WHERE run_id = $1 ORDER BY event_id
+
+-- name: run_fingerprint
+-- Whose a run is and what was asked: a resubmission is the same run only when both match.
+/* submit: resubmitted */
+SELECT owner, request_hash FROM runs WHERE run_id = $1
+
+-- name: submit_insert
+-- A submission in one statement — so one transaction — with its state already decided. The
+-- assignment is re-checked inside it, on the chosen nodes' free_nodes rows (see wake_promote):
+-- if one was leased after the match, or another submit or promotion is taking it right now
+-- (SKIP LOCKED: a collision costs nothing, it does not wait), the run is stored QUEUED instead
+-- (avail comes up short); should a lease still slip in, leases_pkey refuses the whole statement
+-- and Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
+-- ON CONFLICT DO NOTHING makes concurrent submits of one run_id store one row. It names no
+-- conflict target on purpose: runs_run_id_state_key (the target of I2's foreign key) is a
+-- second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin still raised
+-- its violation.
+/* submit: insert */
+WITH avail AS (
+    SELECT a.role, n.node_id, n.boot_id
+    FROM unnest(@assign_roles::text[], @nodes::text[]) AS a(role, node_id)
+    {{take_free_nodes a}}
+), decided AS (
+    SELECT CASE WHEN @state::text = {{RUNNING}} AND ((SELECT count(*) FROM avail) <> @width::int
+                     OR EXISTS (SELECT 1 FROM runs WHERE state = {{QUEUED}})) THEN {{QUEUED}}
+                ELSE @state::text END AS state
+), run AS (
+    INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, max_attempts,
+        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata,
+        started_at, finished_at, deadline_at)
+    SELECT @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END, @request_hash::bytea,
+        @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
+        CASE WHEN d.state = {{RUNNING}} THEN now() END,
+        CASE WHEN d.state = {{FAILED}} THEN now() END,
+        CASE d.state WHEN {{QUEUED}} THEN now() + @queue_timeout::int * interval '1 second'
+                     WHEN {{RUNNING}} THEN now() + @timeout::int * interval '1 second' END
+    FROM decided d
+    ON CONFLICT DO NOTHING
+    RETURNING run_id, state, created_at
+), roles AS (
+    INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
+    SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
+           CASE WHEN run.state = {{RUNNING}} THEN a.node_id ELSE '' END
+    FROM run CROSS JOIN unnest(@role_names::text[], @role_needs::text[]) WITH ORDINALITY AS r(role, needs, ordinal)
+    LEFT JOIN avail a ON a.role = r.role
+), steps AS (
+    INSERT INTO steps (run_id, step_id, role, ordinal, after, spec, retries, state, finished_at)
+    SELECT run.run_id, s.id, s.role, s.ordinal, s.after, s.spec, s.retries,
+           CASE WHEN run.state = {{FAILED}} THEN {{SKIPPED}} ELSE {{PENDING}} END,
+           CASE WHEN run.state = {{FAILED}} THEN now() END
+    FROM run CROSS JOIN jsonb_to_recordset(@steps::jsonb)
+        AS s(id text, role text, after text[], spec jsonb, retries int, ordinal int)
+), leased AS (
+    INSERT INTO leases (node_id, run_id, role, boot_id, expires_at)
+    SELECT a.node_id, run.run_id, a.role, a.boot_id, now() + @lease_ttl::float8 * interval '1 second'
+    FROM run CROSS JOIN avail a WHERE run.state = {{RUNNING}}
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
+    SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = {{FAILED}} THEN @reason::text END FROM run
+)
+SELECT r.state, r.created_at, {{queue_position r}}
+FROM run r

@@ -1,0 +1,371 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"mediator/shared/match"
+)
+
+var (
+	submitInsertStmt   = stmt("submit_insert")
+	runFingerprintStmt = stmt("run_fingerprint")
+)
+
+// NewRun is a validated submission (shared/request builds it).
+type NewRun struct {
+	RunID               string
+	Owner               string // set by the handler from the principal
+	RequestHash         []byte
+	Roles               []NewRole // sorted by name
+	Steps               []NewStep // in request order
+	MaxAttempts         int
+	TimeoutSeconds      *int
+	QueueTimeoutSeconds *int
+	WaitForCapacity     bool
+	Metadata            json.RawMessage
+}
+
+// NewRole is a role and its needs (sorted, no duplicates).
+type NewRole struct {
+	Name  string
+	Needs []string
+}
+
+// NewStep is a step as submitted.
+type NewStep struct {
+	ID      string          `json:"id"`
+	Role    string          `json:"role"`
+	After   []string        `json:"after"`
+	Spec    json.RawMessage `json:"spec"`
+	Retries int             `json:"retries"`
+}
+
+// Outcome is how a submission ended.
+type Outcome int
+
+const (
+	Placed     Outcome = iota // 201: RUNNING now
+	Waiting                   // 202: QUEUED until capable nodes free up
+	Unservable                // 422: stored FAILED (no_capable_node or too_wide)
+	Existing                  // 200: the same request was submitted before
+)
+
+// SubmitResult is the stored run and how it got there.
+type SubmitResult struct {
+	Outcome Outcome
+	Run     Run
+	Unmet   []match.Role
+	// Placeable: the run was queued only because older runs wait; it could run now if the
+	// queue lets it. The caller's wake decides, in arrival order.
+	Placeable bool
+}
+
+// Verdict is a dry run's answer: what would happen, without the queue's say in it.
+type Verdict struct {
+	Verdict  match.Verdict
+	Assigned map[string]string
+	Unmet    []match.Role
+	Width    int
+}
+
+// DryRun says whether the fleet could serve run now, and with which nodes. Nothing is stored.
+func (s *Store) DryRun(ctx context.Context, run NewRun) (Verdict, error) {
+	res, _, err := s.verdict(ctx, run)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return Verdict{Verdict: res.Verdict, Assigned: res.Assigned, Unmet: res.Unmet, Width: len(run.Roles)}, nil
+}
+
+// candidatesSQL reads, for each role, a few capable nodes that are available now and, when
+// those are not enough to place the run, up to width capable nodes of the whole fleet. That
+// is enough: a maximum matching over these lists is as large as one over the whole fleet (a
+// role matched outside its list has width listed nodes, at most width-1 of them taken by the
+// other roles, so it can swap to a free one).
+//
+// The available ones are found by walking free_nodes from a random place of the run's own
+// (the seed) for at most walkFree nodes each way: a submit costs the same with two thousand
+// free boards as with two, and concurrent submits start at different places instead of all
+// reaching for the same board, without reading the whole pool to spread them. Only when the
+// walk finds too few (a rare label in a large idle fleet) does it ask the labels index.
+// Among what it finds, match.Place prefers the nodes with the fewest labels.
+//
+// Parameters: each role's needs ($1..$width), then the seed. The limits are written into the
+// statement, and each branch's shape is fixed by its subqueries, so the plan PostgreSQL
+// caches serves every label: with the limit as a parameter it judged no cached plan good
+// enough and planned the statement afresh on every submit, and that took longer than running
+// it; a plan cached for a rare label scanned the labels index for a common one.
+//
+// Each width's text is built on first use and kept: built for every width at package init,
+// they would lengthen every function's cold start, and only submit uses them.
+func candidatesSQL(width int) statement {
+	if st, ok := candidatesByWidth.Load(width); ok {
+		return st.(statement)
+	}
+	st, _ := candidatesByWidth.LoadOrStore(width, dynamic("submit_candidates", buildCandidatesSQL(width)))
+	return st.(statement)
+}
+
+var candidatesByWidth sync.Map // width → candidatesSQL(width)
+
+// walkFree bounds the walk along free_nodes, each way.
+const walkFree = 64
+
+func buildCandidatesSQL(width int) string {
+	k, seed := candidatesPerRole(width), width+1
+	var walks, parts []string
+	for i := 1; i <= width; i++ {
+		walk := func(cmp string) string {
+			// OFFSET 0 keeps the lateral lookup a lookup: joined plainly, PostgreSQL read
+			// every capable node into a hash to match the few free ones walked.
+			return fmt.Sprintf(`(SELECT n.node_id, n.labels, true AS available
+         FROM (SELECT node_id FROM free_nodes WHERE spread %[1]s $%[2]d ORDER BY spread LIMIT %[3]d) f
+         CROSS JOIN LATERAL (SELECT n.node_id, n.labels FROM nodes n WHERE n.node_id = f.node_id
+             AND n.labels @> $%[4]d::text[] AND {{takes_work n}} OFFSET 0) n)`, cmp, seed, walkFree, i)
+		}
+		walks = append(walks, fmt.Sprintf(`walk%d AS (
+    SELECT * FROM (
+        %s
+        UNION ALL
+        %s
+    ) w LIMIT %d)`, i, walk(">="), walk("<"), k))
+		parts = append(parts, fmt.Sprintf(`
+    SELECT * FROM walk%[1]d
+    UNION ALL
+    (SELECT n.node_id, n.labels, true FROM nodes n
+     WHERE (SELECT count(*) FROM walk%[1]d) < %[2]d
+       AND n.labels @> $%[1]d::text[] AND {{takes_work n}}
+       AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id)
+     LIMIT %[2]d)
+    UNION ALL
+    (SELECT n.node_id, n.labels, false FROM nodes n
+     WHERE (SELECT count(*) FROM walk%[1]d) < %[3]d AND n.labels @> $%[1]d::text[]
+     LIMIT %[2]d)`, i, k, width))
+	}
+	return `/* submit: candidates */
+WITH ` + strings.Join(walks, ",\n") + `
+SELECT DISTINCT ON (c.node_id) c.node_id, c.labels, c.available,
+       EXISTS (SELECT 1 FROM runs WHERE state = {{QUEUED}})
+FROM (` + strings.Join(parts, "\n    UNION ALL") + `
+) c
+ORDER BY c.node_id, c.available DESC`
+}
+
+// candidatesPerRole is how many available nodes a submit reads per role: the width the
+// matching needs, and a few more to pick the best fits among.
+func candidatesPerRole(width int) int { return width + 2 }
+
+// spreadSeed is the run's own place on free_nodes.spread, in [0, 1).
+func spreadSeed(runID string) float64 {
+	h := fnv.New32a()
+	h.Write([]byte(runID))
+	return float64(h.Sum32()) / (1 << 32)
+}
+
+// verdict matches run against the fleet, and says whether other runs are queued.
+func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, error) {
+	roles := matchRoles(run.Roles)
+	if len(roles) > s.set.MaxRunWidth {
+		return match.Result{Verdict: match.TooWide}, false, nil
+	}
+	args := []any{}
+	for _, r := range run.Roles {
+		args = append(args, append([]string{}, r.Needs...)) // never NULL: no needs match every node
+	}
+	args = append(args, spreadSeed(run.RunID))
+	candidates := candidatesSQL(len(roles))
+	rows, err := candidates.query(ctx, s.pool, args...)
+	if err != nil {
+		return match.Result{}, false, err
+	}
+	var nodes []match.Node
+	queueWaiting := false
+	for rows.Next() {
+		var n match.Node
+		if err := rows.Scan(&n.ID, &n.Labels, &n.Available, &queueWaiting); err != nil {
+			rows.Close()
+			return match.Result{}, false, candidates.fail(err)
+		}
+		nodes = append(nodes, n)
+	}
+	if err := rows.Err(); err != nil {
+		return match.Result{}, false, candidates.fail(err)
+	}
+	return match.Place(roles, nodes, s.set.MaxRunWidth, run.RunID), queueWaiting, nil
+}
+
+// Submit stores a run as the fleet allows: RUNNING with every role leased, QUEUED holding
+// nothing, or FAILED when no node of the fleet could ever serve it. A resubmission of the
+// same request answers the run as it stands; a different request under the same run_id is
+// ErrRunIDConflict. The caller wakes the queue after this returns.
+//
+// A new run is placed directly only when nothing is queued. Otherwise it joins the queue and
+// the caller's wake decides, in arrival order: placing it directly would let it overtake older
+// runs waiting for the same nodes, and would walk straight past a starving wide run's
+// reservation. The insert checks that again itself: a run queued after the match is seen.
+func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
+	if s.set.LeaseTTL <= 0 {
+		return SubmitResult{}, ErrLeaseTTL
+	}
+	res, queueWaiting, err := s.verdict(ctx, run)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	state, reason := Running, ""
+	switch {
+	case res.Verdict == match.TooWide:
+		state, reason = Failed, ReasonTooWide
+	case res.Verdict == match.Impossible && !run.WaitForCapacity:
+		state, reason = Failed, ReasonNoCapableNode
+	case res.Verdict != match.Placeable || queueWaiting:
+		state, res.Assigned = Queued, nil
+	}
+	stored, err := s.insertRun(ctx, run, state, reason, res.Assigned)
+	if errors.Is(err, ErrNodeTaken) {
+		// The node went to another run between the match and the insert: the whole
+		// statement was rolled back, so storing the run QUEUED leaves nothing behind.
+		stored, err = s.insertRun(ctx, run, Queued, "", nil)
+	}
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	if stored.state == "" {
+		return s.resubmitted(ctx, run)
+	}
+	out := SubmitResult{Run: stored.view(run), Placeable: stored.state == Queued && res.Verdict == match.Placeable}
+	switch stored.state {
+	case Failed:
+		out.Outcome, out.Unmet = Unservable, res.Unmet
+	case Queued:
+		out.Outcome = Waiting
+	default:
+		out.Outcome = Placed
+	}
+	return out, nil
+}
+
+// storedRun is what the insert wrote: with the request, the whole run as GET would show it,
+// without reading it back.
+type storedRun struct {
+	state     string
+	reason    string
+	createdAt time.Time
+	position  *int
+	assigned  map[string]string
+}
+
+// view is the run as stored — the same shape GetRun reads (a test holds the two together).
+func (st storedRun) view(run NewRun) Run {
+	r := Run{
+		RunID: run.RunID, State: st.state, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
+		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
+		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
+		Roles: map[string]Role{}, owner: run.Owner,
+	}
+	if st.reason != "" {
+		r.Reason = &st.reason
+	}
+	stepState := Pending
+	switch st.state {
+	case Running:
+		r.StartedAt, r.Assigned = &r.CreatedAt, st.assigned
+	case Failed:
+		r.FinishedAt, stepState = &r.CreatedAt, Skipped
+	}
+	for _, role := range run.Roles {
+		r.Roles[role.Name] = Role{Needs: role.Needs, NodeID: st.assigned[role.Name]}
+	}
+	for _, step := range run.Steps {
+		v := Step{ID: step.ID, Role: step.Role, State: stepState, After: step.After, Retries: step.Retries}
+		if stepState == Skipped {
+			v.FinishedAt = &r.CreatedAt
+		}
+		r.Steps = append(r.Steps, v)
+	}
+	return r
+}
+
+// insertRun returns what it stored; its state is "" when the run_id already existed.
+func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
+	var aRoles, aNodes []string
+	for role, node := range assigned {
+		aRoles, aNodes = append(aRoles, role), append(aNodes, node)
+	}
+	var names []string
+	for _, r := range run.Roles {
+		names = append(names, r.Name)
+	}
+	steps := make([]map[string]any, len(run.Steps))
+	for i, st := range run.Steps {
+		steps[i] = map[string]any{"id": st.ID, "role": st.Role, "after": st.After, "spec": st.Spec, "retries": st.Retries, "ordinal": i}
+	}
+	stepsJSON, err := json.Marshal(steps)
+	if err != nil {
+		return storedRun{}, err
+	}
+	stored := storedRun{reason: reason, assigned: assigned}
+	err = submitInsertStmt.queryRow(ctx, s.pool, named{
+		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles),
+		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "request_hash": run.RequestHash,
+		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
+		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
+		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),
+		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(),
+	}).Scan(&stored.state, &stored.createdAt, &stored.position)
+	if errors.Is(err, ErrNotFound) {
+		return storedRun{}, nil
+	}
+	if stored.state != Running {
+		// The run may have been stored QUEUED although it was planned RUNNING (a chosen node
+		// was gone): it holds no node then.
+		stored.assigned = nil
+	}
+	return stored, err
+}
+
+// resubmitted answers a run_id that already exists: the same request from the same owner is
+// the run as it stands now; anything else is a conflict, and says nothing about the run.
+func (s *Store) resubmitted(ctx context.Context, run NewRun) (SubmitResult, error) {
+	var owner string
+	var hash []byte
+	if err := runFingerprintStmt.queryRow(ctx, s.pool, run.RunID).Scan(&owner, &hash); err != nil {
+		return SubmitResult{}, err
+	}
+	if owner != run.Owner || !bytes.Equal(hash, run.RequestHash) {
+		return SubmitResult{}, ErrRunIDConflict
+	}
+	stored, err := s.GetRun(ctx, run.RunID, Viewer{Admin: true})
+	return SubmitResult{Outcome: Existing, Run: stored}, err
+}
+
+func matchRoles(roles []NewRole) []match.Role {
+	out := make([]match.Role, len(roles))
+	for i, r := range roles {
+		out[i] = match.Role{Name: r.Name, Needs: r.Needs}
+	}
+	return out
+}
+
+// needKeys are the roles' needs as submit_insert takes them: each role's needKey.
+func needKeys(roles []NewRole) []string {
+	out := make([]string, len(roles))
+	for i, r := range roles {
+		out[i] = needKey(r.Needs)
+	}
+	return out
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
