@@ -1,4 +1,4 @@
--- Mediator's schema. Every rule of SPEC.md §3 that a constraint can hold is one, with a
+-- Mediator's schema. Every invariant of DESIGN.md that a constraint can hold is one, with a
 -- name: the store maps those names to its errors and the tests break each one on purpose.
 BEGIN;
 

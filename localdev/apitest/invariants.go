@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// invariantChecks are SPEC.md §3 and its consequences, as queries that return the ids that
+// invariantChecks are DESIGN.md's invariants and their consequences, as queries that return the ids that
 // break them. The database enforces most of them already; checking again after a concurrency
 // test is how a test sees that it did.
 var invariantChecks = []struct{ name, sql string }{

@@ -1,6 +1,6 @@
 // Package fleet simulates node agents over Mediator's HTTP API, for the demo, tests and
 // benchmarks. A Node heartbeats, runs the steps it is given by sleeping for their
-// spec.duration, and reports them under its lease's epoch — the protocol of SPEC.md §5 as a
+// spec.duration, and reports them under its lease's epoch — the node's protocol (DESIGN.md) as a
 // real agent speaks it, with no access to Mediator's internals.
 //
 // It decodes the wire format with its own types rather than the store's, so that a change to

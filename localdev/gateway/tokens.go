@@ -16,7 +16,7 @@ import (
 // of API Gateway's authorizer. Tokens are kept only as SHA-256 digests and compared in
 // constant time.
 //
-// Without a tokens file the development defaults apply (SPEC.md §9): dev-admin (admin),
+// Without a tokens file the development defaults apply (DESIGN.md, Who may do what): dev-admin (admin),
 // dev-client (client dev-client), dev-client-<name> (client <name>), dev-node-<node_id>
 // (node <node_id>). They exist only here; nothing deployed accepts them.
 type Tokens struct {
@@ -29,7 +29,7 @@ type tokenEntry struct {
 	who    auth.Principal
 }
 
-// DevTokens are the defaults of SPEC.md §9.
+// DevTokens are the development defaults (DESIGN.md, Who may do what).
 func DevTokens() *Tokens {
 	t := &Tokens{devMode: true}
 	t.add("dev-admin", auth.Principal{Kind: auth.Admin, ID: "dev-admin"})

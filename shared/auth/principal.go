@@ -1,4 +1,4 @@
-// Package auth says who is calling (SPEC.md §9). The principal comes only from what API
+// Package auth says who is calling (DESIGN.md, Who may do what). The principal comes only from what API
 // Gateway's authorizer put in the request context — a Lambda authorizer's context, JWT claims,
 // or the IAM caller — never from a header the handler parses itself. The local gateway plays
 // the authorizer's part for `make dev`.

@@ -1,4 +1,4 @@
-// Package config reads Mediator's settings (SPEC.md §8) from the environment once, at init,
+// Package config reads Mediator's settings (DESIGN.md, Configuration) from the environment once, at init,
 // and refuses a bad value with one line that names the variable.
 package config
 

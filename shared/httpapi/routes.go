@@ -16,7 +16,7 @@ type Route struct {
 // Key is API Gateway's route key, "POST /v1/runs".
 func (r Route) Key() string { return r.Method + " " + r.Path }
 
-// Routes of SPEC.md §5.
+// Routes is every route of the API; openapi.yaml describes each.
 var Routes = []Route{
 	{"POST", "/v1/runs", "submit"},
 	{"GET", "/v1/runs", "query"},

@@ -13,7 +13,7 @@ func node(id string, available bool, labels ...string) match.Node {
 	return match.Node{ID: id, Labels: labels, Available: available}
 }
 
-// The case greedy gets wrong (SPEC.md §4): A {x}, B {x,y} over N1 {x,y}, N2 {x}.
+// The case greedy gets wrong (DESIGN.md, Matching): A {x}, B {x,y} over N1 {x,y}, N2 {x}.
 func TestNotGreedy(t *testing.T) {
 	t.Parallel()
 	roles := []match.Role{{Name: "A", Needs: []string{"x"}}, {Name: "B", Needs: []string{"x", "y"}}}

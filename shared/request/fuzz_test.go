@@ -32,7 +32,7 @@ import (
 	"mediator/shared/store"
 )
 
-// labelPattern is SPEC.md §1's label, copied here rather than read from the package, so the
+// labelPattern is a label's shape (DESIGN.md, The model), copied here rather than read from the package, so the
 // oracle does not share a typo with the code it checks.
 var labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-z0-9._:/-]{0,127})?$`)
 

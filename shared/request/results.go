@@ -8,7 +8,7 @@ import (
 	"mediator/shared/store"
 )
 
-// Size limits of a step report (SPEC.md §5, Result). Past them the report is refused whole
+// Size limits of a step report (openapi.yaml, the result route). Past them the report is refused whole
 // with 413: a truncated message would be a silent lie about what the step said.
 const (
 	MaxMessageBytes = 4 << 10

@@ -11,7 +11,7 @@ import (
 	"mediator/shared/store"
 )
 
-// Limits of SPEC.md §5 ("Submit") and what a sane client never reaches.
+// Limits of a submission (openapi.yaml) and what a sane client never reaches.
 const (
 	MaxSteps      = 64
 	MaxRoles      = 64

@@ -47,7 +47,7 @@ func withFixture(t *testing.T) *pgx.Conn {
 	return conn
 }
 
-// TestConstraintsHaveNames breaks every rule of SPEC.md §3 that the schema holds, and checks
+// TestConstraintsHaveNames breaks every invariant of DESIGN.md that the schema holds, and checks
 // that PostgreSQL refuses it under the constraint's name — at the statement, or at COMMIT
 // for the deferred ones — and that the store translates it.
 func TestConstraintsHaveNames(t *testing.T) {

@@ -22,7 +22,7 @@ type api struct {
 	client *http.Client
 }
 
-// run is the part of SPEC.md §5's Run the demo looks at.
+// run is the part of the API's Run the demo looks at.
 type run struct {
 	RunID         string            `json:"run_id"`
 	State         string            `json:"state"`
