@@ -79,6 +79,9 @@ var (
 type fragment struct {
 	params []string
 	body   string
+	// passedOn finds an alias handed on to a fragment inside this one ("{{queue_order r}}");
+	// qualified finds an alias qualifying a column ("r.created_at"). Compiled once, at load.
+	passedOn, qualified *regexp.Regexp
 }
 
 // mustLoadSQL reads every file, then expands every statement.
@@ -138,7 +141,12 @@ func parseSQL(files fs.FS) (map[string]string, map[string]fragment, error) {
 					ps = append(ps, p)
 				}
 			}
-			fragments[name] = fragment{params: ps, body: text}
+			f := fragment{params: ps, body: text}
+			if len(ps) > 0 {
+				f.passedOn = regexp.MustCompile(`(\s)(` + strings.Join(ps, "|") + `)\b`)
+				f.qualified = regexp.MustCompile(`\b(` + strings.Join(ps, "|") + `)\.`)
+			}
+			fragments[name] = f
 			return nil
 		}
 		for _, line := range strings.Split(string(b), "\n") {
@@ -202,13 +210,10 @@ func bind(f fragment, args []string) string {
 	for i, p := range f.params {
 		arg[p] = args[i]
 	}
-	params := strings.Join(f.params, "|")
-	passedOn := regexp.MustCompile(`(\s)(` + params + `)\b`)
-	qualified := regexp.MustCompile(`\b(` + params + `)\.`)
 	body := placeholderRE.ReplaceAllStringFunc(f.body, func(ph string) string {
-		return passedOn.ReplaceAllStringFunc(ph, func(w string) string { return w[:1] + arg[w[1:]] })
+		return f.passedOn.ReplaceAllStringFunc(ph, func(w string) string { return w[:1] + arg[w[1:]] })
 	})
-	return qualified.ReplaceAllStringFunc(body, func(w string) string {
+	return f.qualified.ReplaceAllStringFunc(body, func(w string) string {
 		a := arg[strings.TrimSuffix(w, ".")]
 		if strings.HasPrefix(a, "@") {
 			return a + "_"
