@@ -39,11 +39,16 @@ migrate: ## apply the migrations to the local database (the migrate function's c
 build: ## build every function's bootstrap for this machine (or GOOS/GOARCH) into bin/<function>/
 	@for f in $(FUNCTIONS); do $(call build_function,$$f,bin/$$f) || exit 1; done
 
-lint: ## go vet and gofmt
+lint: ## go vet, gofmt, the OpenAPI document, and no line citing what lies outside the repository
 	$(GO) vet ./...
 	cd localdev/bench && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) run ./localdev/cmd/openapicheck
+	@# The repository stands alone: no file, tracked or about to be, cites a spec or a shared
+	@# folder outside it. (The pattern is written so that it does not match itself.)
+	@cited=$$(git ls-files --cached --others --exclude-standard -z | xargs -0 -r grep -nsIE 'SPEC[.]md|[.][.]/shared' --); \
+	if [ -n "$$cited" ]; then echo "lines citing what lies outside the repository:"; echo "$$cited"; exit 1; fi
 
 # build_function is the one recipe that builds functions/$(1) into $(2)/bootstrap, for make
 # build, SAM and the emulator tests alike: without cgo (a static binary, cross-compiled with no

@@ -1,7 +1,8 @@
 // Package apitest drives Mediator's real handlers the way API Gateway does, for tests: every
 // call is an events.APIGatewayV2HTTPRequest built by the local gateway's converter, with the
 // principal in the authorizer context, sent to the handler of the function that owns the
-// route, over a store on a database of the test's own.
+// route, over a store on a database of the test's own. Every answer is checked against the
+// OpenAPI document (contract.go): an exchange it does not describe fails the test.
 package apitest
 
 import (
@@ -148,14 +149,29 @@ func (e *Env) Do(who auth.Principal, method, target string, body any) Response {
 	return e.Invoke(route.Function, ev)
 }
 
-// Invoke sends an event to one function's handler.
+// Invoke sends an event to one function's handler, and checks the exchange against the
+// OpenAPI document.
 func (e *Env) Invoke(function string, ev events.APIGatewayV2HTTPRequest) Response {
 	e.T.Helper()
 	resp, err := e.Functions[function](context.Background(), ev)
 	if err != nil {
 		e.T.Fatalf("%s returned an error instead of a response: %v", function, err)
 	}
+	e.CheckContract(ev, resp)
 	return Response{Status: resp.StatusCode, Headers: resp.Headers, Body: []byte(resp.Body)}
+}
+
+// CheckContract fails the test for everything the OpenAPI document says is wrong with an
+// exchange (Contract.Check); Invoke calls it on every answer.
+func (e *Env) CheckContract(ev events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) {
+	e.T.Helper()
+	c, err := TheContract()
+	if err != nil {
+		e.T.Fatalf("the OpenAPI document: %v", err)
+	}
+	for _, f := range c.Check(ev, resp) {
+		e.T.Errorf("%s %s answered %d, not as the OpenAPI document says: %s", ev.RequestContext.HTTP.Method, ev.RawPath, resp.StatusCode, f)
+	}
 }
 
 // Reap invokes the reap function with an EventBridge scheduled event.

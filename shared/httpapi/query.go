@@ -16,10 +16,12 @@ import (
 	"mediator/shared/store"
 )
 
-// Query serves the read routes: runs, the queue, the fleet, leases, and /healthz.
+// Query serves the read routes: runs, the queue, the fleet, leases, /healthz and the
+// OpenAPI document.
 func Query(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"GET /healthz":          {public: true, serve: healthz},
+		"GET /v1/openapi.json":  {public: true, serve: openapiDoc},
 		"GET /v1/runs/{run_id}": {serve: getRun},
 		"GET /v1/runs":          {query: []string{"state", "limit", "after"}, serve: listRuns},
 		"GET /v1/queue":         {serve: queue},

@@ -29,6 +29,7 @@ var Routes = []Route{
 	{"GET", "/v1/leases", "query"},
 	{"GET", "/v1/queue", "query"},
 	{"GET", "/healthz", "query"},
+	{"GET", "/v1/openapi.json", "query"},
 }
 
 // Functions builds every HTTP function's handler by name, as the local gateway serves them.

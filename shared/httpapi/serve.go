@@ -150,11 +150,7 @@ func ProblemFor(err error) (p *problem.Problem, known bool) {
 
 func (c *call) problem(p *problem.Problem) events.APIGatewayV2HTTPResponse {
 	p.RequestID = c.req.RequestContext.RequestID
-	resp := c.respond(p.Status, "application/problem+json", p)
-	if after := p.RetryAfter(); after != "" {
-		resp.Headers["retry-after"] = after
-	}
-	return resp
+	return c.respond(p.Status, "application/problem+json", p)
 }
 
 func (c *call) json(status int, body any) events.APIGatewayV2HTTPResponse {
@@ -167,11 +163,13 @@ func (c *call) respond(status int, contentType string, body any) events.APIGatew
 		status, contentType = http.StatusInternalServerError, "application/problem+json"
 		b, _ = json.Marshal(problem.New(problem.Internal, ""))
 	}
-	return events.APIGatewayV2HTTPResponse{
-		StatusCode: status,
-		Headers:    map[string]string{"content-type": contentType, "cache-control": "no-store"},
-		Body:       string(b),
+	headers := map[string]string{"content-type": contentType, "cache-control": "no-store"}
+	if status == http.StatusServiceUnavailable {
+		// Transient by definition, problem or not (a schema behind is fixed by a deploy's
+		// migration): say when to come back, and clients back off from there.
+		headers["retry-after"] = problem.RetryAfterSeconds
 	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: headers, Body: string(b)}
 }
 
 // body returns the request body, decoded from base64 when API Gateway encoded it, refusing

@@ -83,11 +83,14 @@ func Invalid(errs []FieldError) *Problem {
 
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
 
+// RetryAfterSeconds is the Retry-After every 503 carries.
+const RetryAfterSeconds = "1"
+
 // RetryAfter is the Retry-After header the answer carries ("" for none): a 503 is transient by
 // definition, so it says when to come back, and clients back off from there.
 func (p *Problem) RetryAfter() string {
 	if p.Status == http.StatusServiceUnavailable {
-		return "1"
+		return RetryAfterSeconds
 	}
 	return ""
 }
