@@ -9,7 +9,7 @@ LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 # template.yaml): make build and the build-<LogicalId> targets below come from this list.
 FUNCTIONS := submit query nodes result cancel reap migrate
 
-.PHONY: help dev test stress bench migrate build lint clean demo
+.PHONY: help dev test stress bench migrate build cli lint clean demo
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ migrate: ## apply the migrations to the local database (the migrate function's c
 
 build: ## build every function's bootstrap for this machine (or GOOS/GOARCH) into bin/<function>/
 	@for f in $(FUNCTIONS); do $(call build_function,$$f,bin/$$f) || exit 1; done
+
+cli: ## the command line, bin/mediator (or: go install ./cmd/mediator)
+	$(GO) build -o bin/mediator ./cmd/mediator
 
 lint: ## go vet, gofmt, the OpenAPI document, and no line citing what lies outside the repository
 	$(GO) vet ./...

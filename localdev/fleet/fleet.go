@@ -1,41 +1,38 @@
-// Package fleet simulates node agents over Mediator's HTTP API, for the demo, tests and
-// benchmarks. A Node heartbeats, runs the steps it is given by sleeping for their
-// spec.duration, and reports them under its lease's epoch — the node's protocol (DESIGN.md) as a
-// real agent speaks it, with no access to Mediator's internals.
-//
-// It decodes the wire format with its own types rather than the store's, so that a change to
-// what Mediator sends shows up here as a broken simulator instead of being followed silently.
+// Package fleet simulates node agents over Mediator's HTTP API, for the demo and tests. A
+// Node heartbeats, runs the steps it is given by sleeping for their spec.duration (and fails
+// those whose spec.exit_code is not 0), and reports them under its lease's epoch — the node's
+// protocol (DESIGN.md) as a real agent speaks it, through the API client (shared/client), with
+// no access to Mediator's internals.
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
+
+	"mediator/shared/client"
 )
 
 // DefaultInterval is how often a Node heartbeats when Interval is zero: far faster than the
 // next_heartbeat_seconds Mediator asks for, so a demo does not sit waiting.
 const DefaultInterval = 200 * time.Millisecond
 
-// requestTimeout bounds one exchange with Mediator, whatever the Client's own timeout.
+// requestTimeout bounds one call to Mediator, its retries included.
 const requestTimeout = 10 * time.Second
 
 // Node is one simulated agent. Set the exported fields, then call Run.
 type Node struct {
 	ID     string
 	Labels []string
-	Base   string // http://127.0.0.1:port
-	Token  string // "dev-node-"+ID under the local gateway's development tokens
-	Client *http.Client
+	// API is the client the node calls Mediator with; nil builds one from Base and Token.
+	API   *client.Client
+	Base  string // http://127.0.0.1:port
+	Token string // "dev-node-"+ID under the local gateway's development tokens
 	// Interval is the time between heartbeats, also while a step runs; 0 is DefaultInterval.
 	Interval time.Duration
 	// Log narrates what the node does; nil is quiet.
@@ -43,64 +40,11 @@ type Node struct {
 
 	mu   sync.Mutex
 	boot string
-}
-
-// HeartbeatReply is Mediator's answer to a heartbeat.
-type HeartbeatReply struct {
-	Status               int      `json:"-"` // the HTTP status (always 200: other answers are errors)
-	Node                 NodeInfo `json:"node"`
-	Lease                *Lease   `json:"lease"`
-	Steps                []Step   `json:"steps"`
-	NextHeartbeatSeconds int      `json:"next_heartbeat_seconds"`
-}
-
-// NodeInfo is the node as Mediator recorded it.
-type NodeInfo struct {
-	NodeID   string   `json:"node_id"`
-	State    string   `json:"state"`
-	Labels   []string `json:"labels"`
-	BootID   string   `json:"boot_id"`
-	Draining bool     `json:"draining"`
-}
-
-// Lease is the run this node holds, and the epoch its reports are fenced by.
-type Lease struct {
-	RunID     string    `json:"run_id"`
-	Epoch     int64     `json:"epoch"`
-	ExpiresAt time.Time `json:"expires_at"`
+	api  *client.Client
 }
 
 // Step is a step the node holds, with what it may do about it.
-type Step struct {
-	RunID    string          `json:"run_id"`
-	StepID   string          `json:"step_id"`
-	Spec     json.RawMessage `json:"spec"`
-	State    string          `json:"state"`
-	Runnable bool            `json:"runnable"`
-	Cancel   bool            `json:"cancel"`
-}
-
-// ReportReply is Mediator's answer to a step report.
-type ReportReply struct {
-	RunID     string `json:"run_id"`
-	StepID    string `json:"step_id"`
-	StepState string `json:"step_state"`
-	RunState  string `json:"run_state"`
-	// Next are steps this node may start now, without waiting for a heartbeat.
-	Next []Step `json:"next"`
-}
-
-// StatusError is a non-2xx answer, with the problem code Mediator gave (stale_assignment, …).
-type StatusError struct {
-	Method, Path string
-	Status       int
-	Code         string
-	Body         string
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Status, e.Code)
-}
+type Step = client.NodeStep
 
 // Boot starts a new life of the agent: a fresh boot_id, which Mediator reads as a restart on
 // the next heartbeat if the node held a lease under the old one.
@@ -130,20 +74,18 @@ func (n *Node) BootID() string {
 }
 
 // Heartbeat advertises the node under its current boot (booting first if it never has).
-func (n *Node) Heartbeat(ctx context.Context) (HeartbeatReply, error) {
+func (n *Node) Heartbeat(ctx context.Context) (*client.HeartbeatReply, error) {
 	boot := n.BootID()
 	if boot == "" {
 		boot = n.Boot()
 	}
-	labels := n.Labels
-	if labels == nil {
-		labels = []string{}
+	api, err := n.client()
+	if err != nil {
+		return nil, err
 	}
-	var reply HeartbeatReply
-	body := map[string]any{"boot_id": boot, "labels": labels, "draining": false}
-	status, err := n.call(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(n.ID), body, &reply)
-	reply.Status = status
-	return reply, err
+	return call(ctx, func(ctx context.Context) (*client.HeartbeatReply, error) {
+		return api.Heartbeat(ctx, n.ID, client.HeartbeatRequest{BootID: boot, Labels: n.Labels})
+	})
 }
 
 // Run heartbeats every Interval and works through the runnable steps each reply hands out,
@@ -173,7 +115,7 @@ type assignment struct {
 }
 
 // work runs the steps of one heartbeat reply, then the ones each success unlocks.
-func (n *Node) work(ctx context.Context, hb HeartbeatReply) {
+func (n *Node) work(ctx context.Context, hb *client.HeartbeatReply) {
 	if hb.Lease == nil {
 		return
 	}
@@ -201,19 +143,21 @@ func (n *Node) work(ctx context.Context, hb HeartbeatReply) {
 	}
 }
 
-// step runs one step: started, its duration, succeeded. It returns the steps the success
-// unlocked, and false when the node must stop working on this run.
+// step runs one step: started, its duration, then succeeded — or failed, with the spec's
+// exit_code when that is not 0. It returns the steps the success unlocked, and false when the
+// node must stop working on this run.
 func (n *Node) step(ctx context.Context, a assignment, s Step) ([]Step, bool) {
 	name := s.RunID + "/" + s.StepID
 	if s.Cancel {
 		n.cancelled(ctx, a, s)
 		return nil, false
 	}
-	if _, err := n.report(ctx, a, s, "started"); err != nil {
+	if _, err := n.report(ctx, a, s, client.Started, 0); err != nil {
 		n.drop(ctx, name, err)
 		return nil, false
 	}
-	d := duration(s.Spec)
+	sp := readSpec(s.Spec)
+	d := sp.duration()
 	n.logf("%s started (epoch %d), running for %s", name, a.epoch, d)
 	switch n.hold(ctx, a, s, d) {
 	case cancelRequested:
@@ -225,7 +169,16 @@ func (n *Node) step(ctx context.Context, a assignment, s Step) ([]Step, bool) {
 	case stopped:
 		return nil, false
 	}
-	rep, err := n.report(ctx, a, s, "succeeded")
+	if sp.ExitCode != 0 {
+		rep, err := n.report(ctx, a, s, client.ReportFailed, sp.ExitCode)
+		if err != nil {
+			n.drop(ctx, name, err)
+			return nil, false
+		}
+		n.logf("%s failed (exit %d) -> run %s", name, sp.ExitCode, rep.RunState)
+		return rep.Next, true
+	}
+	rep, err := n.report(ctx, a, s, client.ReportSucceeded, 0)
 	if err != nil {
 		n.drop(ctx, name, err)
 		return nil, false
@@ -274,7 +227,7 @@ func (n *Node) hold(ctx context.Context, a assignment, s Step, d time.Duration) 
 }
 
 // standing reads a heartbeat taken during a step: whether the work must stop, and why.
-func standing(hb HeartbeatReply, a assignment, s Step) (holdResult, bool) {
+func standing(hb *client.HeartbeatReply, a assignment, s Step) (holdResult, bool) {
 	if hb.Node.BootID != a.boot || hb.Lease == nil || hb.Lease.RunID != a.runID || hb.Lease.Epoch != a.epoch {
 		return lost, true
 	}
@@ -292,7 +245,7 @@ func standing(hb HeartbeatReply, a assignment, s Step) (holdResult, bool) {
 // cancelled acknowledges a cancel: the step stops at this safe point.
 func (n *Node) cancelled(ctx context.Context, a assignment, s Step) {
 	name := s.RunID + "/" + s.StepID
-	rep, err := n.report(ctx, a, s, "cancelled")
+	rep, err := n.report(ctx, a, s, client.ReportCancelled, 0)
 	if err != nil {
 		n.drop(ctx, name, err)
 		return
@@ -307,68 +260,62 @@ func (n *Node) drop(ctx context.Context, name string, err error) {
 	if ctx.Err() != nil {
 		return // shutting down, not dropping
 	}
-	var se *StatusError
-	if errors.As(err, &se) && se.Status == http.StatusConflict {
-		n.logf("%s: %d %s; dropping the work", name, se.Status, se.Code)
+	var refused *client.Error
+	if errors.As(err, &refused) && refused.Status == http.StatusConflict {
+		n.logf("%s: %d %s; dropping the work", name, refused.Status, refused.Code)
 		return
 	}
 	n.logf("%s: %v; dropping the work", name, err)
 }
 
-// report sends one step report under the assignment's epoch and boot.
-func (n *Node) report(ctx context.Context, a assignment, s Step, status string) (ReportReply, error) {
-	body := map[string]any{"node_id": n.ID, "boot_id": a.boot, "epoch": a.epoch, "status": status}
-	if status == "succeeded" {
-		body["exit_code"] = 0
+// report sends one step report under the assignment's epoch and boot; a failure carries its
+// exit code.
+func (n *Node) report(ctx context.Context, a assignment, s Step, status string, exitCode int) (*client.ReportReply, error) {
+	r := client.ReportRequest{NodeID: n.ID, BootID: a.boot, Epoch: a.epoch, Status: status}
+	switch status {
+	case client.ReportSucceeded, client.ReportFailed:
+		r.ExitCode = &exitCode
 	}
-	path := "/v1/runs/" + url.PathEscape(s.RunID) + "/steps/" + url.PathEscape(s.StepID) + "/result"
-	var rep ReportReply
-	_, err := n.call(ctx, http.MethodPost, path, body, &rep)
-	return rep, err
+	api, err := n.client()
+	if err != nil {
+		return nil, err
+	}
+	return call(ctx, func(ctx context.Context) (*client.ReportReply, error) {
+		return api.Report(ctx, s.RunID, s.StepID, r)
+	})
 }
 
-// call sends a JSON request as this node and decodes a 2xx answer into out.
+// client is the node's API client: API, or one built once from Base and Token.
+func (n *Node) client() (*client.Client, error) {
+	if n.API != nil {
+		return n.API, nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.api == nil {
+		api, err := client.New(n.Base, client.WithToken(n.Token), client.WithUserAgent("mediator-fleet/"+n.ID))
+		if err != nil {
+			return nil, err
+		}
+		n.api = api
+	}
+	return n.api, nil
+}
+
+// call makes one API call as this node.
 //
-// Once ctx has ended no request starts, but one already in flight is finished rather than cut
-// (bounded by requestTimeout): cutting it leaves the local gateway's handler with a cancelled
-// context, which it logs as an error, and the node stops a few milliseconds later either way.
-func (n *Node) call(ctx context.Context, method, path string, body, out any) (int, error) {
+// Once ctx has ended no call starts, but one already in flight is finished rather than cut
+// (bounded by requestTimeout, its retries included): cutting it leaves the local gateway's
+// handler with a cancelled context, which it logs as an error, and the node stops a few
+// milliseconds later either way.
+func call[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		var zero T
+		return zero, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 	defer cancel()
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return 0, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, n.Base+path, bytes.NewReader(raw))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+n.Token)
-	client := n.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode/100 != 2 {
-		var p struct {
-			Code string `json:"code"`
-		}
-		_ = json.Unmarshal(data, &p)
-		return resp.StatusCode, &StatusError{Method: method, Path: path, Status: resp.StatusCode, Code: p.Code, Body: string(data)}
-	}
-	return resp.StatusCode, json.Unmarshal(data, out)
+	return fn(ctx)
 }
 
 func (n *Node) interval() time.Duration {
@@ -384,14 +331,23 @@ func (n *Node) logf(format string, args ...any) {
 	}
 }
 
-// duration reads spec.duration ("1s"); a spec without one, or with a bad one, takes no time.
-func duration(spec json.RawMessage) time.Duration {
-	var s struct {
-		Duration string `json:"duration"`
+// spec is what the simulator reads of a step's spec: how long it runs ("1s"), and the exit
+// code it ends with (0, the default, succeeds).
+type spec struct {
+	Duration string `json:"duration"`
+	ExitCode int    `json:"exit_code"`
+}
+
+func readSpec(raw json.RawMessage) spec {
+	var s spec
+	if json.Unmarshal(raw, &s) != nil {
+		return spec{}
 	}
-	if json.Unmarshal(spec, &s) != nil {
-		return 0
-	}
+	return s
+}
+
+// duration is spec.duration; a spec without one, or with a bad one, takes no time.
+func (s spec) duration() time.Duration {
 	d, err := time.ParseDuration(s.Duration)
 	if err != nil || d < 0 {
 		return 0

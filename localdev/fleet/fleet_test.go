@@ -173,3 +173,21 @@ func TestCancelStopsARunningStep(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A step whose spec has a non-zero exit_code is reported failed with it, and fails the run.
+func TestAFailingStepFailsTheRun(t *testing.T) {
+	t.Parallel()
+	env, base := serve(t)
+	n, said := node(t, base, "n1", 20*time.Millisecond)
+	if _, err := n.Heartbeat(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, env, map[string]any{"run_id": "r", "needs": []string{"board=rpi4"},
+		"steps": []any{map[string]any{"id": "s", "spec": map[string]any{"exit_code": 3}}}}, 201)
+	start(t, n)
+	said.waitFor("r/s failed (exit 3) -> run FAILED")
+	if code := env.Count(`SELECT exit_code FROM steps WHERE run_id = 'r' AND step_id = 's'`); code != 3 {
+		t.Fatalf("the step's exit code is %d, want 3", code)
+	}
+	env.CheckInvariants()
+}

@@ -1,7 +1,8 @@
 // Command demo plays placement, queueing, promotion and refusal out loud against a real local stack (`make demo`): a node
 // joins, runs are placed, queued, promoted and refused, then a run survives its node's agent
 // restarting. It starts PostgreSQL, a fresh database and the API in-process, drives them over
-// HTTP with a simulated node agent (localdev/fleet), and stops everything when done.
+// HTTP through the API client (shared/client) and a simulated node agent (localdev/fleet), and
+// stops everything when done.
 //
 // Each step prints one numbered line with the HTTP status and the run's state; the first
 // surprise prints what was expected and what came back, and exits 1.
@@ -41,7 +42,10 @@ func demo() error {
 
 	playCtx, cancel := context.WithTimeout(ctx, playTimeout)
 	defer cancel()
-	p := newPlay(s.Base)
+	p, err := newPlay(s.Base)
+	if err != nil {
+		return err
+	}
 	defer p.stopNodes()
 	if err := p.gate(playCtx); err != nil {
 		return failed(ctx, err)

@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"mediator/localdev/fleet"
+	"mediator/shared/client"
 )
 
 // play is the demo's script: the client's side through api, the fleet's through its nodes.
@@ -20,8 +19,12 @@ type play struct {
 	nodes   sync.WaitGroup
 }
 
-func newPlay(base string) *play {
-	return &play{api: &api{base: base, client: &http.Client{Timeout: 10 * time.Second}}}
+func newPlay(base string) (*play, error) {
+	c, err := client.New(base, client.WithToken(clientToken), client.WithUserAgent("mediator-demo"))
+	if err != nil {
+		return nil, err
+	}
+	return &play{api: &api{c}}, nil
 }
 
 // say prints the next numbered line.
@@ -43,8 +46,7 @@ func (p *play) expect(what, want, got string) error {
 // node builds a simulated agent against the stack, narrating under the numbered lines.
 func (p *play) node(id string, labels ...string) *fleet.Node {
 	return &fleet.Node{
-		ID: id, Labels: labels, Base: p.api.base, Token: "dev-node-" + id,
-		Client: &http.Client{Timeout: 10 * time.Second}, Interval: fleet.DefaultInterval,
+		ID: id, Labels: labels, Base: p.api.Base(), Token: "dev-node-" + id, Interval: fleet.DefaultInterval,
 		Log: func(format string, args ...any) { fmt.Printf("     %s: %s\n", id, fmt.Sprintf(format, args...)) },
 	}
 }
@@ -79,26 +81,26 @@ func (p *play) gate(ctx context.Context) error {
 	p.startNode(ctx, p.rpiA)
 
 	if err := p.submit(ctx, "submit a (needs board=rpi4, a 2s step)", "201 RUNNING on rpi-A",
-		oneStep("a", "test", "2s", nil)); err != nil {
+		oneStep("a", "test", "2s", 0)); err != nil {
 		return err
 	}
 	// b's step takes a second so that b is seen RUNNING on rpi-A before it is done.
 	if err := p.submit(ctx, "submit b (needs board=rpi4, a 1s step)", "202 QUEUED (queue position 0)",
-		oneStep("b", "test", "1s", nil)); err != nil {
+		oneStep("b", "test", "1s", 0)); err != nil {
 		return err
 	}
-	b, err := p.api.get(ctx, "b")
+	b, err := p.api.GetRun(ctx, "b")
 	if err != nil {
 		return err
 	}
-	if err := p.expect("status b", "200 QUEUED (queue position 0)", status(b)); err != nil {
+	if err := p.expect("status b", "200 QUEUED (queue position 0)", status(b.Status, b.Run)); err != nil {
 		return err
 	}
 
-	if _, err := p.api.await(ctx, "a", "SUCCEEDED", func(r run) bool { return r.State == "SUCCEEDED" }); err != nil {
+	if _, err := p.api.await(ctx, "a", "SUCCEEDED", func(r client.Run) bool { return r.State == "SUCCEEDED" }); err != nil {
 		return err
 	}
-	b, err = p.api.await(ctx, "b", "RUNNING", func(r run) bool { return r.State != "QUEUED" })
+	b, err = p.api.await(ctx, "b", "RUNNING", func(r client.Run) bool { return r.State != "QUEUED" })
 	if err != nil {
 		return err
 	}
@@ -106,15 +108,15 @@ func (p *play) gate(ctx context.Context) error {
 		return err
 	}
 
-	c, err := p.api.submit(ctx, map[string]any{"run_id": "c", "needs": []string{"gpu"}, "steps": []any{map[string]any{"id": "train"}}})
+	c, err := p.api.Submit(ctx, client.RunRequest{RunID: "c", Needs: []string{"gpu"}, Steps: []client.StepRequest{{ID: "train"}}})
 	if err != nil {
 		return err
 	}
-	if err := p.expect("submit c (needs gpu)", "422 FAILED no_capable_node (unmet: gpu)", status(c)+unmet(c)); err != nil {
+	if err := p.expect("submit c (needs gpu)", "422 FAILED no_capable_node (unmet: gpu)", status(c.Status, c.Run)+unmet(c.Unmet)); err != nil {
 		return err
 	}
 
-	b, err = p.api.await(ctx, "b", "SUCCEEDED", func(r run) bool { return r.State != "RUNNING" })
+	b, err = p.api.await(ctx, "b", "SUCCEEDED", func(r client.Run) bool { return r.State != "RUNNING" })
 	if err != nil {
 		return err
 	}
@@ -126,10 +128,10 @@ func (p *play) gate(ctx context.Context) error {
 func (p *play) restart(ctx context.Context) error {
 	fmt.Println("\nAct 2: a run survives its node restarting")
 	if err := p.submit(ctx, "submit d (needs board=rpi4, a 3s step, max_attempts 2)", "201 RUNNING on rpi-A (attempt 1 of 2)",
-		oneStep("d", "flash", "3s", map[string]any{"max_attempts": 2})); err != nil {
+		oneStep("d", "flash", "3s", 2)); err != nil {
 		return err
 	}
-	d, err := p.api.await(ctx, "d", "step flash RUNNING", func(r run) bool { return stepState(r, "flash") != "PENDING" })
+	d, err := p.api.await(ctx, "d", "step flash RUNNING", func(r client.Run) bool { return stepState(r, "flash") != "PENDING" })
 	if err != nil {
 		return err
 	}
@@ -143,7 +145,7 @@ func (p *play) restart(ctx context.Context) error {
 	p.rpiA.Restart()
 
 	// The wake after the restart's heartbeat may already have placed d again: both are right.
-	d, err = p.api.await(ctx, "d", "attempt 2", func(r run) bool { return r.Attempt == 2 })
+	d, err = p.api.await(ctx, "d", "attempt 2", func(r client.Run) bool { return r.Attempt == 2 })
 	if err != nil {
 		return err
 	}
@@ -153,7 +155,7 @@ func (p *play) restart(ctx context.Context) error {
 	}
 	p.history(d.History)
 
-	d, err = p.api.await(ctx, "d", "SUCCEEDED", func(r run) bool { return r.Attempt != 2 || (r.State != "QUEUED" && r.State != "RUNNING") })
+	d, err = p.api.await(ctx, "d", "SUCCEEDED", func(r client.Run) bool { return r.Attempt != 2 || (r.State != "QUEUED" && r.State != "RUNNING") })
 	if err != nil {
 		return err
 	}
@@ -165,12 +167,12 @@ func (p *play) restart(ctx context.Context) error {
 
 // submit posts a run and expects "<status> <state>" back, with the attempt when it is one of
 // several.
-func (p *play) submit(ctx context.Context, what, want string, body map[string]any) error {
-	r, err := p.api.submit(ctx, body)
+func (p *play) submit(ctx context.Context, what, want string, run client.RunRequest) error {
+	r, err := p.api.Submit(ctx, run)
 	if err != nil {
 		return fmt.Errorf("step %d, %s: %w", p.n+1, what, err)
 	}
-	got := status(r)
+	got := status(r.Status, r.Run)
 	if r.Run.MaxAttempts > 1 {
 		got += attempt(r.Run)
 	}
@@ -178,41 +180,38 @@ func (p *play) submit(ctx context.Context, what, want string, body map[string]an
 }
 
 // history prints a run's history under the current line.
-func (p *play) history(events []event) {
+func (p *play) history(events []client.Event) {
 	for _, e := range events {
-		fmt.Printf("     history: %s\n", e.line())
+		fmt.Printf("     history: %s\n", line(e))
 	}
 }
 
-// oneStep is a one-node run needing board=rpi4 with one step that takes duration.
-func oneStep(runID, stepID, duration string, extra map[string]any) map[string]any {
-	body := map[string]any{
-		"run_id": runID, "needs": []string{"board=rpi4"},
-		"steps": []any{map[string]any{"id": stepID, "spec": map[string]any{"duration": duration}}},
+// oneStep is a one-node run needing board=rpi4 with one step that takes duration, and
+// maxAttempts attempts (0: the API's default, one).
+func oneStep(runID, stepID, duration string, maxAttempts int) client.RunRequest {
+	return client.RunRequest{
+		RunID: runID, Needs: []string{"board=rpi4"}, MaxAttempts: maxAttempts,
+		Steps: []client.StepRequest{{ID: stepID, Spec: map[string]any{"duration": duration}}},
 	}
-	for k, v := range extra {
-		body[k] = v
-	}
-	return body
 }
 
-func status(r runReply) string { return fmt.Sprintf("%d %s", r.status, describe(r.Run)) }
+func status(code int, r client.Run) string { return fmt.Sprintf("%d %s", code, describe(r)) }
 
-func attempt(r run) string { return attemptOf(r.Attempt, r.MaxAttempts) }
+func attempt(r client.Run) string { return attemptOf(r.Attempt, r.MaxAttempts) }
 
 func attemptOf(n, of int) string { return fmt.Sprintf(" (attempt %d of %d)", n, of) }
 
 // unmet is " (unmet: gpu)" for a 422's roles no node could serve.
-func unmet(r runReply) string {
+func unmet(roles []client.Unmet) string {
 	var needs []string
-	for _, u := range r.Unmet {
+	for _, u := range roles {
 		needs = append(needs, strings.Join(u.Needs, "+"))
 	}
 	return " (unmet: " + strings.Join(needs, ", ") + ")"
 }
 
 // lostNode finds the event of a run losing its node to a restart and going back to the queue.
-func lostNode(events []event) string {
+func lostNode(events []client.Event) string {
 	for _, e := range events {
 		if e.Kind == "node_lost" {
 			reason, node := "", ""
@@ -229,7 +228,7 @@ func lostNode(events []event) string {
 }
 
 // kinds is a history as its event kinds, in order.
-func kinds(events []event) string {
+func kinds(events []client.Event) string {
 	var k []string
 	for _, e := range events {
 		k = append(k, e.Kind)

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func queueCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "queue",
+		Short:   "Show the queue: per kind of run, how many wait, for how long, and who could serve them",
+		GroupID: "fleet",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			q, err := api.Queue(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeBody(a.stdout, q.Body)
+				return nil
+			}
+			if len(q.Queue) == 0 {
+				fmt.Fprintln(a.stdout, "the queue is empty")
+				return nil
+			}
+			t := &table{header: []string{"NEEDS", "QUEUED", "OLDEST", "WAITING", "CAPABLE NODES", "AVAILABLE", "PLACEABLE NOW"}}
+			for _, e := range q.Queue {
+				var shape []string
+				for _, role := range e.Needs {
+					shape = append(shape, needs(role))
+				}
+				t.add(strings.Join(shape, " + "), fmt.Sprint(e.Queued), e.OldestRunID, short(seconds(e.OldestWaitSeconds)),
+					fmt.Sprint(e.CapableNodes), fmt.Sprint(e.AvailableNodes), yesNo(e.PlaceableNow))
+			}
+			t.write(a.stdout, false)
+			return nil
+		},
+	}
+}
+
+func nodesCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "nodes",
+		Short:   "List the fleet's nodes (admins)",
+		GroupID: "fleet",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			n, err := api.ListNodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeBody(a.stdout, n.Body)
+				return nil
+			}
+			if len(n.Nodes) == 0 {
+				fmt.Fprintln(a.stdout, "no nodes")
+				return nil
+			}
+			now := a.now()
+			t := &table{header: []string{"NODE", "STATE", "LABELS", "BOOT", "LAST SEEN"}, coloured: []int{1}}
+			for _, node := range n.Nodes {
+				t.add(node.NodeID, node.State, strings.Join(node.Labels, ","), node.BootID, ago(node.LastSeenAt, now))
+			}
+			t.write(a.stdout, a.colour(a.stdoutTTY))
+			return nil
+		},
+	}
+}
+
+func leasesCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "leases",
+		Short:   "List the leases: which run holds which node, until when (admins)",
+		GroupID: "fleet",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			l, err := api.ListLeases(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeBody(a.stdout, l.Body)
+				return nil
+			}
+			if len(l.Leases) == 0 {
+				fmt.Fprintln(a.stdout, "no leases")
+				return nil
+			}
+			now := a.now()
+			t := &table{header: []string{"NODE", "RUN", "ROLE", "EPOCH", "EXPIRES", "ALIVE"}, coloured: []int{5}}
+			for _, lease := range l.Leases {
+				t.add(lease.NodeID, lease.RunID, lease.Role, fmt.Sprint(lease.Epoch), ago(lease.ExpiresAt, now), yesNo(lease.Alive))
+			}
+			t.write(a.stdout, a.colour(a.stdoutTTY))
+			return nil
+		},
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

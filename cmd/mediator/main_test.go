@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mediator/localdev/apitest"
+	"mediator/localdev/fleet"
+	"mediator/localdev/gateway"
+	"mediator/shared/client"
+	"mediator/shared/httpapi"
+)
+
+// bin is the mediator binary these tests run, built once for the test binary.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "mediator-cli-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "mediator")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building mediator: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// serve is a test's Mediator: a database of its own, the real handlers behind the local
+// gateway on a loopback port, as `make dev` serves them.
+func serve(t *testing.T) (*apitest.Env, string) {
+	t.Helper()
+	env := apitest.New(t)
+	gw := &gateway.Gateway{
+		Routes: httpapi.Routes, Functions: env.Functions, Tokens: gateway.DevTokens(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	return env, srv.URL
+}
+
+// result is how a mediator process ended.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// command is a mediator process against base as the development client, with nothing of this
+// process's own MEDIATOR_ settings.
+func command(base string, stdin string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MEDIATOR_") && !strings.HasPrefix(kv, "NO_COLOR=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "MEDIATOR_URL="+base, "MEDIATOR_TOKEN=dev-client")
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	return cmd, &stdout, &stderr
+}
+
+func ended(t *testing.T, err error, stdout, stderr *bytes.Buffer) result {
+	t.Helper()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return r
+}
+
+// mediator runs the binary to its end.
+func mediator(t *testing.T, base, stdin string, args ...string) result {
+	t.Helper()
+	cmd, stdout, stderr := command(base, stdin, args...)
+	return ended(t, cmd.Run(), stdout, stderr)
+}
+
+// start runs the binary in the background; wait collects its end.
+func start(t *testing.T, base string, args ...string) (wait func() result) {
+	t.Helper()
+	cmd, stdout, stderr := command(base, "", args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return func() result { return ended(t, cmd.Wait(), stdout, stderr) }
+}
+
+func file(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func api(t *testing.T, base, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(base, client.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// node runs a simulated agent (board=rpi4) until the test ends, and returns what it says.
+func node(t *testing.T, base, id string) *narration {
+	t.Helper()
+	said := &narration{t: t, changed: make(chan struct{})}
+	n := &fleet.Node{ID: id, Labels: []string{"board=rpi4"}, Base: base, Token: "dev-node-" + id,
+		Interval: 20 * time.Millisecond, Log: said.add}
+	if _, err := n.Heartbeat(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return said
+}
+
+// narration is what a node said, in order, and a channel closed at each new line: a test
+// waits for what the node did, not for the clock.
+type narration struct {
+	t       *testing.T
+	mu      sync.Mutex
+	lines   []string
+	read    int
+	changed chan struct{}
+}
+
+func (s *narration) add(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, fmt.Sprintf(format, args...))
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// waitFor consumes lines until one contains want. The deadline only turns a node that never
+// gets there into a failure instead of a hang.
+func (s *narration) waitFor(want string) {
+	s.t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		s.mu.Lock()
+		for s.read < len(s.lines) {
+			line := s.lines[s.read]
+			s.read++
+			if strings.Contains(line, want) {
+				s.mu.Unlock()
+				return
+			}
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.t.Fatalf("the node never said %q; it said:\n%s", want, strings.Join(s.lines, "\n"))
+		}
+	}
+}
+
+func expect(t *testing.T, r result, code int, contains ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("want exit %d; got %s", code, r)
+	}
+	for _, want := range contains {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Fatalf("the output does not say %q:\n%s", want, r)
+		}
+	}
+}
+
+// submit -f run.yaml --wait follows the run and exits with how it ended: 0 SUCCEEDED, 1
+// FAILED (a step failed), 2 CANCELLED (cancelled while the command waits).
+func TestWaitExitsWithHowTheRunEnded(t *testing.T) {
+	t.Parallel()
+	t.Run("succeeded", func(t *testing.T) {
+		t.Parallel()
+		_, base := serve(t)
+		node(t, base, "n1")
+		run := file(t, "run.yaml", `run_id: ok
+needs: [board=rpi4]
+steps:
+  - id: build
+    spec: {duration: 50ms}
+  - id: test
+    after: [build]
+    spec: {duration: 50ms}
+`)
+		expect(t, mediator(t, base, "", "submit", "-f", run, "--wait"), 0, "run ok: RUNNING", "run ok: SUCCEEDED · steps 2/2")
+	})
+	t.Run("failed", func(t *testing.T) {
+		t.Parallel()
+		_, base := serve(t)
+		node(t, base, "n1")
+		run := file(t, "run.yaml", "run_id: bad\nneeds: [board=rpi4]\nsteps:\n  - {id: flash, spec: {duration: 20ms, exit_code: 3}}\n  - {id: test, after: [flash]}\n")
+		expect(t, mediator(t, base, "", "submit", "-f", run, "--wait"), 1, "run bad: FAILED step_failed", "step flash failed (exit 3)")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		t.Parallel()
+		_, base := serve(t)
+		said := node(t, base, "n1")
+		run := file(t, "run.json", `{"run_id":"c","needs":["board=rpi4"],"steps":[{"id":"s","spec":{"duration":"1h"}}]}`)
+		wait := start(t, base, "submit", "-f", run, "--wait")
+		said.waitFor("c/s started")
+		if _, err := api(t, base, "dev-client").Cancel(context.Background(), "c", client.CancelRequest{Reason: "enough"}); err != nil {
+			t.Fatal(err)
+		}
+		said.waitFor("c/s cancelled -> run CANCELLED")
+		expect(t, wait(), 2, "run c: CANCELLED", "cancelled: enough")
+	})
+}
+
+// A run no node of the fleet could ever serve is refused (422): exit 1, naming what no node has.
+func TestARefusalExits1AndNamesTheUnmetNeeds(t *testing.T) {
+	t.Parallel()
+	env, base := serve(t)
+	env.Heartbeat("n1", "b1", false, "board=rpi4")
+	run := file(t, "run.yaml", "run_id: g\nroles:\n  trainer: {needs: [gpu, cuda=12]}\n  feeder: {needs: [board=rpi4]}\nsteps:\n  - {id: train, role: trainer}\n  - {id: feed, role: feeder}\n")
+	expect(t, mediator(t, base, "", "submit", "-f", run), 1, "run g: FAILED no_capable_node", "(422)", "role trainer needs cuda=12,gpu")
+	// The same file again is the same request: 200 with the run as it ended, which FAILED.
+	expect(t, mediator(t, base, "", "submit", "-f", run, "--wait"), 1, "run g: FAILED no_capable_node (200")
+	r := mediator(t, base, "", "submit", "-f", run, "--run-id", "g2", "--wait", "-o", "json")
+	expect(t, r, 3, "--run-id")
+	r = mediator(t, base, strings.Replace(readFile(t, run), "run_id: g", "run_id: g2", 1), "submit", "-f", "-", "--wait", "-o", "json")
+	expect(t, r, 1)
+	var body struct {
+		Run   client.Run     `json:"run"`
+		Unmet []client.Unmet `json:"unmet"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &body); err != nil || len(body.Unmet) != 1 || body.Unmet[0].Role != "trainer" {
+		t.Fatalf("--output json: %v\n%s", err, r)
+	}
+	// A dry run says as much, storing nothing.
+	dry := file(t, "dry.yaml", "needs: [gpu]\nsteps: [{id: s}]\n")
+	expect(t, mediator(t, base, "", "submit", "-f", dry, "--dry-run"), 1, "impossible", "role main needs gpu")
+	ok := file(t, "ok.yaml", "needs: [board=rpi4]\nsteps: [{id: s}]\n")
+	expect(t, mediator(t, base, "", "submit", "-f", ok, "--dry-run"), 0, "placeable", "main → n1")
+}
+
+// The YAML and the JSON of one run are one request: whichever is submitted second is answered
+// 200 with the run the first made. Numbers are kept as written, anchors and merges resolved,
+// dates kept as text.
+func TestYAMLAndJSONOfOneRunAreTheSameRequest(t *testing.T) {
+	t.Parallel()
+	env, base := serve(t)
+	env.Heartbeat("n1", "b1", false, "board=rpi4")
+	env.Heartbeat("n2", "b1", false, "board=rpi4")
+	yamlRun := func(id string) string {
+		return `run_id: ` + id + `
+needs: [board=rpi4]
+max_attempts: 2
+metadata: {team: net, ratio: 1.0, big: 1e3, hex: 0x10, day: 2026-11-30, quoted: "yes", none: null, list: [1, two, 3.50]}
+steps:
+  - id: build
+    spec: &spec {duration: 10ms, threads: 4, cmd: "make -j4"}
+  - id: test
+    after: [build]
+    spec:
+      <<: *spec
+      cmd: make test
+`
+	}
+	jsonRun := func(id string) string {
+		return `{
+  "steps": [
+    {"id": "build", "spec": {"cmd": "make -j4", "duration": "10ms", "threads": 4}},
+    {"spec": {"threads": 4, "duration": "10ms", "cmd": "make test"}, "after": ["build"], "id": "test"}
+  ],
+  "metadata": {"list": [1, "two", 3.50], "none": null, "quoted": "yes", "day": "2026-11-30", "hex": 16, "big": 1e3, "ratio": 1.0, "team": "net"},
+  "max_attempts": 2,
+  "needs": ["board=rpi4"],
+  "run_id": "` + id + `"
+}`
+	}
+	expect(t, mediator(t, base, "", "submit", "-f", file(t, "a.yaml", yamlRun("y-first"))), 0, "run y-first: RUNNING", "(201)")
+	expect(t, mediator(t, base, "", "submit", "-f", file(t, "a.json", jsonRun("y-first"))), 0, "run y-first: RUNNING (200")
+	expect(t, mediator(t, base, jsonRun("j-first"), "submit", "-f", "-"), 0, "run j-first: RUNNING", "(201)")
+	expect(t, mediator(t, base, yamlRun("j-first"), "submit", "-f", "-"), 0, "run j-first: RUNNING (200")
+	// Something else under a used run_id is a conflict, not the same run.
+	other := strings.Replace(yamlRun("y-first"), "threads: 4", "threads: 8", 1)
+	expect(t, mediator(t, base, other, "submit", "-f", "-"), 3, "409 run_id_conflict")
+	if n := env.Count(`SELECT count(*) FROM runs`); n != 2 {
+		t.Fatalf("%d runs stored, want 2", n)
+	}
+}
+
+// A malformed run is a 400 listing every problem's path; the command exits 3.
+func TestA400PrintsEveryFieldPath(t *testing.T) {
+	t.Parallel()
+	_, base := serve(t)
+	run := file(t, "run.yaml", "run_id: d\nneeds: [board=rpi4]\ncolour: 1\nsteps:\n  - {id: x, after: [y]}\n  - {id: x, retries: -1}\n")
+	r := mediator(t, base, "", "submit", "-f", run)
+	expect(t, r, 3, "400 invalid_request", "steps[0].after[0]:", "colour: unknown field", "steps[1].id:", "steps[1].retries:")
+}
+
+// runs --all --output json follows every page and prints one object, as one page would be.
+func TestRunsAllAsJSONIsOneObject(t *testing.T) {
+	t.Parallel()
+	env, base := serve(t)
+	env.Heartbeat("n1", "b1", false, "board=rpi4")
+	c := api(t, base, "dev-client")
+	for i := range 5 {
+		if _, err := c.Submit(context.Background(), client.RunRequest{RunID: fmt.Sprintf("r%d", i), Needs: []string{"board=rpi4"},
+			Steps: []client.StepRequest{{ID: "s"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := mediator(t, base, "", "runs", "--all", "--limit", "2", "--output", "json")
+	expect(t, r, 0)
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	var all struct {
+		Runs []client.Run `json:"runs"`
+		Next *string      `json:"next"`
+	}
+	if err := dec.Decode(&all); err != nil {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("more than one JSON value:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, `"next":null`) || len(all.Runs) != 5 || all.Runs[0].RunID != "r4" || all.Runs[4].RunID != "r0" {
+		t.Fatalf("got %d runs, next %v:\n%s", len(all.Runs), all.Next, r.stdout)
+	}
+	// One page, as a table, says there is more.
+	expect(t, mediator(t, base, "", "runs", "--limit", "2"), 0, "RUN ID", "r4", "r3", "queue position 3", "more: mediator runs --after ")
+	expect(t, mediator(t, base, "", "runs", "--state", "queued", "--all"), 0, "r3", "r1")
+}
+
+// The other commands, as a session would use them; --output json prints the API's body as
+// received.
+func TestASession(t *testing.T) {
+	t.Parallel()
+	_, base := serve(t)
+	said := node(t, base, "n1")
+	generated := mediator(t, base, "needs: [board=rpi4]\nsteps: [{id: s, spec: {duration: 1h}}]\n", "submit", "-f", "-")
+	expect(t, generated, 0, "placed on its nodes (201)", "main → n1")
+	first, _, _ := strings.Cut(generated.stdout, "\n")
+	fields := strings.Fields(first)
+	if len(fields) < 2 || fields[0] != "run_id" {
+		t.Fatalf("the made run_id is not printed first:\n%s", generated)
+	}
+	id, err := uuid.Parse(fields[1])
+	if err != nil || id.Version() != 7 {
+		t.Fatalf("run_id %q is not a UUIDv7: %v", fields[1], err)
+	}
+	runID := id.String()
+	said.waitFor(runID + "/s started")
+	expect(t, mediator(t, base, "", "run", runID), 0, "run "+runID+": RUNNING", "ROLE", "main  board=rpi4  n1", "STEP", "s     main  RUNNING",
+		"WHEN", "submitted")
+	expect(t, mediator(t, base, "", "queue"), 0, "the queue is empty")
+	expect(t, mediator(t, base, "", "nodes"), 3, "403 forbidden")
+	admin := func(args ...string) result {
+		cmd, stdout, stderr := command(base, "", args...)
+		cmd.Env = append(cmd.Env, "MEDIATOR_TOKEN=dev-admin")
+		return ended(t, cmd.Run(), stdout, stderr)
+	}
+	expect(t, admin("nodes"), 0, "NODE", "n1", "leased", "board=rpi4")
+	expect(t, admin("leases"), 0, "EPOCH", runID, "yes")
+	expect(t, admin("--token", "dev-client", "leases"), 3, "403")
+
+	expect(t, mediator(t, base, "", "cancel", runID, "--reason", "done here"), 0, "cancel requested", "(202)")
+	said.waitFor(runID + "/s cancelled -> run CANCELLED")
+	expect(t, mediator(t, base, "", "cancel", runID), 3, "409 run_not_live", "ended CANCELLED")
+
+	r := mediator(t, base, "", "run", runID, "-o", "json")
+	detail, err := api(t, base, "dev-client").GetRun(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 || r.stdout != string(detail.Body)+"\n" {
+		t.Fatalf("run -o json is not the API's body:\n%s\nwant:\n%s", r, detail.Body)
+	}
+	expect(t, mediator(t, base, "", "run", "nope"), 3, "404 not_found")
+	expect(t, mediator(t, base, "", "version"), 0, "mediator ")
+}
+
+// Mistakes of the caller exit 3 before anything is sent; an API that cannot be reached exits 4.
+func TestUsageAndUnavailable(t *testing.T) {
+	t.Parallel()
+	run := file(t, "run.yaml", "run_id: a\nneeds: [x]\nsteps: [{id: s}]\n")
+	unreachable := "http://127.0.0.1:1"
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"submit", "-f", run, "--run-id", "b"}, 3, `--run-id "b" differs from the file's run_id "a"`},
+		{[]string{"submit"}, 3, "-f FILE"},
+		{[]string{"submit", "-f", filepath.Join(t.TempDir(), "none.yaml")}, 3, "no run file"},
+		{[]string{"submit", "-f", file(t, "two.yaml", "a: 1\n---\nb: 2\n")}, 3, "more than one YAML document"},
+		{[]string{"submit", "-f", file(t, "dup.yaml", "run_id: a\nrun_id: b\n")}, 3, `"run_id" is given twice`},
+		{[]string{"submit", "-f", run, "--dry-run", "--wait"}, 3, "--dry-run"},
+		{[]string{"frobnicate"}, 3, "unknown command"},
+		{[]string{"run"}, 3, "takes one argument"},
+		{[]string{"runs", "--state", "LOST"}, 3, "--state must be one of"},
+		{[]string{"runs", "--output", "yaml"}, 3, "--output must be table or json"},
+		{[]string{"runs", "--no-such-flag"}, 3, "unknown flag"},
+		{[]string{"runs", "--timeout", "300ms"}, 4, "connection refused"},
+		{[]string{"submit", "-f", run, "--timeout", "300ms"}, 4, "connection refused"},
+	} {
+		r := mediator(t, unreachable, "", tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("mediator %s: want exit %d saying %q; got %s", strings.Join(tc.args, " "), tc.code, tc.says, r)
+		}
+	}
+	help := mediator(t, unreachable, "", "help")
+	expect(t, help, 0, "Exit codes:", "0    the run SUCCEEDED", "4    the API is unavailable")
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"mediator/shared/client"
+)
+
+var runStates = []string{client.Queued, client.Running, client.Succeeded, client.Failed, client.Cancelled}
+
+func runsCommand(a *app) *cobra.Command {
+	var p client.ListRunsParams
+	var all bool
+	cmd := &cobra.Command{
+		Use:     "runs [--state S] [--limit N] [--all]",
+		Short:   "List runs, newest first",
+		GroupID: "runs",
+		Long: `List runs, newest first: yours, or every run for an admin. One page (--limit, 20 by
+default, at most 100) unless --all, which follows the pages to the end; with --output json,
+--all prints one {"runs": [...], "next": null}.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p.State = strings.ToUpper(p.State)
+			if p.State != "" && !slices.Contains(runStates, p.State) {
+				return usagef("--state must be one of %s", strings.Join(runStates, ", "))
+			}
+			if p.Limit < 0 || p.Limit > 100 {
+				return usagef("--limit must be from 1 to 100")
+			}
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var pages []*client.RunPage
+			for page, err := range api.RunPages(cmd.Context(), p) {
+				if err != nil {
+					return err
+				}
+				pages = append(pages, page)
+				if !all {
+					break
+				}
+			}
+			if a.json() {
+				return a.printPagesJSON(pages, all)
+			}
+			a.printRuns(pages)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.State, "state", "", "only runs in this state ("+strings.Join(runStates, ", ")+")")
+	f.IntVar(&p.Limit, "limit", 0, "runs per page (1 to 100; the API's default is 20)")
+	f.StringVar(&p.After, "after", "", "start after this cursor (the next page of an earlier listing)")
+	f.BoolVar(&all, "all", false, "follow the pages to the last one")
+	return cmd
+}
+
+// printPagesJSON prints one page as received, or every page's runs as one listing.
+func (a *app) printPagesJSON(pages []*client.RunPage, all bool) error {
+	if !all {
+		writeBody(a.stdout, pages[0].Body)
+		return nil
+	}
+	var runs []json.RawMessage
+	for _, p := range pages {
+		var page struct {
+			Runs []json.RawMessage `json:"runs"`
+		}
+		if err := json.Unmarshal(p.Body, &page); err != nil {
+			return err
+		}
+		runs = append(runs, page.Runs...)
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"runs":[`)
+	for i, r := range runs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(r)
+	}
+	b.WriteString(`],"next":null}`)
+	writeBody(a.stdout, b.Bytes())
+	return nil
+}
+
+func (a *app) printRuns(pages []*client.RunPage) {
+	now := a.now()
+	t := &table{header: []string{"RUN ID", "STATE", "REASON", "ATTEMPT", "STEPS", "WHERE", "CREATED", "ENDED"}, coloured: []int{1}}
+	for _, p := range pages {
+		for _, r := range p.Runs {
+			where := roles(r.Assigned)
+			if r.State == client.Queued {
+				where = "queue position " + position(r)
+			} else if client.Finished(r.State) {
+				where = ""
+			}
+			t.add(r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
+				fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps)), where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now))
+		}
+	}
+	if len(t.rows) == 0 {
+		fmt.Fprintln(a.stdout, "no runs")
+	} else {
+		t.write(a.stdout, a.colour(a.stdoutTTY))
+	}
+	if last := pages[len(pages)-1]; last.Next != nil {
+		fmt.Fprintf(a.stdout, "more: mediator runs --after %s (or --all)\n", *last.Next)
+	}
+}
+
+func runCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "run ID",
+		Short:   "Show a run: its state, roles and nodes, steps, and history",
+		GroupID: "runs",
+		Args:    oneArg("run id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			d, err := api.GetRun(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeBody(a.stdout, d.Body)
+				return nil
+			}
+			a.printRun(d)
+			return nil
+		},
+	}
+}
+
+func (a *app) printRun(d *client.RunDetail) {
+	w, r, now := a.stdout, d.Run, a.now()
+	colour := a.colour(a.stdoutTTY)
+	fmt.Fprintf(w, "run %s: %s", r.RunID, colourState(colour, r.State)+reasonSuffix(r))
+	if r.State == client.Queued {
+		fmt.Fprintf(w, " at queue position %s", position(r))
+	}
+	fmt.Fprintf(w, " (attempt %d of %d)\n", r.Attempt, r.MaxAttempts)
+	times := []string{"created " + ago(r.CreatedAt, now)}
+	if r.StartedAt != nil {
+		times = append(times, "started "+ago(*r.StartedAt, now))
+	}
+	if r.FinishedAt != nil {
+		took := r.FinishedAt.Sub(r.CreatedAt)
+		times = append(times, fmt.Sprintf("finished %s, %s after it was submitted", ago(*r.FinishedAt, now), elapsed(took)))
+	}
+	fmt.Fprintf(w, "  %s\n", strings.Join(times, " · "))
+	if r.CancelRequestedAt != nil {
+		line := "  cancel requested " + ago(*r.CancelRequestedAt, now)
+		if r.CancelReason != nil && *r.CancelReason != "" {
+			line += ": " + *r.CancelReason
+		}
+		fmt.Fprintln(w, line)
+	}
+
+	fmt.Fprintln(w)
+	roleTable := &table{header: []string{"ROLE", "NEEDS", "NODE"}}
+	for _, name := range slices.Sorted(maps.Keys(r.Roles)) {
+		node := r.Roles[name].NodeID
+		if node == "" {
+			node = r.Assigned[name]
+		}
+		roleTable.add(name, needs(r.Roles[name].Needs), node)
+	}
+	roleTable.write(w, false)
+
+	fmt.Fprintln(w)
+	steps := &table{header: []string{"STEP", "ROLE", "STATE", "AFTER", "TRIES", "EXIT", "STARTED", "FINISHED", "MESSAGE"}, coloured: []int{2}}
+	for _, s := range r.Steps {
+		exit := ""
+		if s.ExitCode != nil {
+			exit = fmt.Sprint(*s.ExitCode)
+		}
+		steps.add(s.ID, s.Role, s.State, strings.Join(s.After, ","), fmt.Sprintf("%d/%d", s.Tries, s.Retries+1), exit,
+			agoPtr(s.StartedAt, now), agoPtr(s.FinishedAt, now), oneLine(deref(s.Message)))
+	}
+	steps.write(w, colour)
+
+	if len(d.History) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	history := &table{header: []string{"WHEN", "AT", "ATTEMPT", "EVENT", "FROM", "TO", "REASON", "NODE"}, coloured: []int{5}}
+	first := d.History[0].At
+	for _, e := range d.History {
+		history.add(ago(e.At, now), "+"+elapsed(e.At.Sub(first)), fmt.Sprint(e.Attempt), e.Kind, deref(e.From), e.To,
+			deref(e.Reason), deref(e.NodeID))
+	}
+	history.write(w, colour)
+}
+
+// oneLine keeps a table cell on its line: a message's first line, cut short.
+func oneLine(s string) string {
+	s, _, cut := strings.Cut(s, "\n")
+	if len(s) > 60 {
+		s, cut = s[:60], true
+	}
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+func cancelCommand(a *app) *cobra.Command {
+	var req client.CancelRequest
+	cmd := &cobra.Command{
+		Use:     "cancel ID [--force] [--reason R]",
+		Short:   "Cancel a run",
+		GroupID: "runs",
+		Long: `Cancel a run. A queued run is CANCELLED at once; a running one asks its nodes to stop,
+and is CANCELLED when they have (or after a grace). --force (admins) settles it at once.`,
+		Args: oneArg("run id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			c, err := api.Cancel(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeBody(a.stdout, c.Body)
+				return nil
+			}
+			st := colourState(a.colour(a.stdoutTTY), c.Run.State) + reasonSuffix(c.Run)
+			if c.Settled() {
+				fmt.Fprintf(a.stdout, "run %s: %s (200)\n", c.Run.RunID, st)
+			} else {
+				fmt.Fprintf(a.stdout, "run %s: %s, cancel requested: its nodes were asked to stop (202)\n", c.Run.RunID, st)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&req.Force, "force", false, "settle it CANCELLED at once, without waiting for its nodes (admins)")
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, kept with the run")
+	return cmd
+}

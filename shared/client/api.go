@@ -1,0 +1,226 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Operation is one route of the API as this client calls it. Operations is the table a test
+// holds against the OpenAPI document and the route table, both ways.
+type Operation struct {
+	Method string
+	Path   string   // as the OpenAPI document writes it: /v1/runs/{run_id}
+	Query  []string // the query parameters the method may send
+	Accept []int    // the statuses that answer it; any other is an *Error
+	Func   string   // the Client method
+}
+
+var (
+	opSubmit     = Operation{"POST", "/v1/runs", nil, []int{200, 201, 202, 422}, "Submit"}
+	opDryRun     = Operation{"POST", "/v1/runs", []string{"dry_run"}, []int{200}, "DryRun"}
+	opListRuns   = Operation{"GET", "/v1/runs", []string{"state", "limit", "after"}, []int{200}, "ListRuns"}
+	opGetRun     = Operation{"GET", "/v1/runs/{run_id}", nil, []int{200}, "GetRun"}
+	opCancel     = Operation{"POST", "/v1/runs/{run_id}/cancel", nil, []int{200, 202}, "Cancel"}
+	opReport     = Operation{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", nil, []int{200}, "Report"}
+	opHeartbeat  = Operation{"PUT", "/v1/nodes/{node_id}", nil, []int{200}, "Heartbeat"}
+	opRemoveNode = Operation{"DELETE", "/v1/nodes/{node_id}", nil, []int{200}, "RemoveNode"}
+	opListNodes  = Operation{"GET", "/v1/nodes", nil, []int{200}, "ListNodes"}
+	opListLeases = Operation{"GET", "/v1/leases", nil, []int{200}, "ListLeases"}
+	opQueue      = Operation{"GET", "/v1/queue", nil, []int{200}, "Queue"}
+	opHealth     = Operation{"GET", "/healthz", nil, []int{200}, "Health"}
+	opOpenAPI    = Operation{"GET", "/v1/openapi.json", nil, []int{200}, "OpenAPI"}
+)
+
+// Operations is every route this client calls.
+var Operations = []Operation{
+	opSubmit, opDryRun, opListRuns, opGetRun, opCancel, opReport, opHeartbeat, opRemoveNode,
+	opListNodes, opListLeases, opQueue, opHealth, opOpenAPI,
+}
+
+// call is the operation with its path parameters filled in, in the order the path names them,
+// each escaped as one segment.
+func (o Operation) call(params ...string) call {
+	var b strings.Builder
+	rest := o.Path
+	for _, p := range params {
+		open, end := strings.IndexByte(rest, '{'), strings.IndexByte(rest, '}')
+		if open < 0 || end < open {
+			panic("client: more parameters than " + o.Path + " names")
+		}
+		b.WriteString(rest[:open])
+		b.WriteString(url.PathEscape(p))
+		rest = rest[end+1:]
+	}
+	if strings.IndexByte(rest, '{') >= 0 {
+		panic("client: fewer parameters than " + o.Path + " names")
+	}
+	b.WriteString(rest)
+	return call{method: o.Method, path: b.String(), accept: o.Accept}
+}
+
+// encode is a request body: bytes (a []byte or json.RawMessage) go as they are, so what the
+// caller wrote is what is sent and signed; anything else is encoded as JSON.
+func encode(v any) ([]byte, error) {
+	switch b := v.(type) {
+	case []byte:
+		return b, nil
+	case json.RawMessage:
+		return b, nil
+	}
+	return json.Marshal(v)
+}
+
+// Submit submits a run (a RunRequest, a map, or the JSON bytes of one). Every answer that
+// carries the run is a result, not an error: 201 placed, 202 queued, 200 the same request as
+// before, 422 refused with the unmet roles. Submitting again after a lost answer is safe: the
+// run_id makes it the same request.
+func (c *Client) Submit(ctx context.Context, run any) (*Submitted, error) {
+	body, err := encode(run)
+	if err != nil {
+		return nil, err
+	}
+	out := &Submitted{}
+	k := opSubmit.call()
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// DryRun asks what a submit would do now (placeable, busy, impossible or too_wide), storing
+// nothing.
+func (c *Client) DryRun(ctx context.Context, run any) (*Verdict, error) {
+	body, err := encode(run)
+	if err != nil {
+		return nil, err
+	}
+	out := &Verdict{}
+	k := opDryRun.call()
+	k.query, k.body = url.Values{"dry_run": {"true"}}, body
+	return out, c.do(ctx, k, out)
+}
+
+// GetRun reads a run with its history.
+func (c *Client) GetRun(ctx context.Context, runID string) (*RunDetail, error) {
+	out := &RunDetail{}
+	return out, c.do(ctx, opGetRun.call(runID), out)
+}
+
+// ListRuns reads one page of runs.
+func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (*RunPage, error) {
+	q := url.Values{}
+	if p.State != "" {
+		q.Set("state", p.State)
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.After != "" {
+		q.Set("after", p.After)
+	}
+	out := &RunPage{}
+	k := opListRuns.call()
+	k.query = q
+	return out, c.do(ctx, k, out)
+}
+
+// RunPages follows the pagination from p, one page at a time, until the last page or the
+// first error (yielded, and then the walk ends).
+func (c *Client) RunPages(ctx context.Context, p ListRunsParams) iter.Seq2[*RunPage, error] {
+	return func(yield func(*RunPage, error) bool) {
+		for {
+			page, err := c.ListRuns(ctx, p)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(page, nil) || page.Next == nil {
+				return
+			}
+			p.After = *page.Next
+		}
+	}
+}
+
+// Cancel cancels a run: 200 when it is CANCELLED now, 202 when its nodes were asked to stop.
+// A finished run is an *Error with Code run_not_live and the Run as it ended.
+func (c *Client) Cancel(ctx context.Context, runID string, r CancelRequest) (*CancelReply, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out := &CancelReply{}
+	k := opCancel.call(runID)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// Report sends a node's step report, fenced by the lease's epoch: a 409 stale_assignment means
+// the work is no longer this node's. Sending the same report again is safe.
+func (c *Client) Report(ctx context.Context, runID, stepID string, r ReportRequest) (*ReportReply, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out := &ReportReply{}
+	k := opReport.call(runID, stepID)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// Heartbeat advertises a node and renews its lease; the answer is its lease and steps.
+func (c *Client) Heartbeat(ctx context.Context, nodeID string, r HeartbeatRequest) (*HeartbeatReply, error) {
+	if r.Labels == nil {
+		r.Labels = []string{}
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out := &HeartbeatReply{}
+	k := opHeartbeat.call(nodeID)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// RemoveNode takes a node out of the fleet (admins).
+func (c *Client) RemoveNode(ctx context.Context, nodeID string) (*RemovedNode, error) {
+	out := &RemovedNode{}
+	return out, c.do(ctx, opRemoveNode.call(nodeID), out)
+}
+
+// ListNodes reads the fleet (admins).
+func (c *Client) ListNodes(ctx context.Context) (*NodeList, error) {
+	out := &NodeList{}
+	return out, c.do(ctx, opListNodes.call(), out)
+}
+
+// ListLeases reads every lease held (admins).
+func (c *Client) ListLeases(ctx context.Context) (*LeaseList, error) {
+	out := &LeaseList{}
+	return out, c.do(ctx, opListLeases.call(), out)
+}
+
+// Queue reads the queue, per kind of run.
+func (c *Client) Queue(ctx context.Context) (*QueueReply, error) {
+	out := &QueueReply{}
+	return out, c.do(ctx, opQueue.call(), out)
+}
+
+// Health reads /healthz. A schema behind the code is a 503, retried like any other, then an
+// *Error.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	out := &Health{}
+	return out, c.do(ctx, opHealth.call(), out)
+}
+
+// OpenAPI reads the API's OpenAPI document; the JSON is Body.
+func (c *Client) OpenAPI(ctx context.Context) (*Document, error) {
+	out := &Document{}
+	return out, c.do(ctx, opOpenAPI.call(), out)
+}
+
+// UnmarshalJSON leaves the document in Body, as served.
+func (d *Document) UnmarshalJSON([]byte) error { return nil }

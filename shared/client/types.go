@@ -1,0 +1,365 @@
+package client
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// The client decodes the wire format with types of its own rather than the store's: a program
+// that talks to Mediator over HTTP should not link the database layer, and a change to what
+// Mediator sends should show up here, where a client sees it.
+
+// Run states, as the API names them.
+const (
+	Queued    = "QUEUED"
+	Running   = "RUNNING"
+	Succeeded = "SUCCEEDED"
+	Failed    = "FAILED"
+	Cancelled = "CANCELLED"
+)
+
+// Step states beyond the run's.
+const (
+	Pending = "PENDING"
+	Skipped = "SKIPPED"
+)
+
+// Report statuses a node sends for a step.
+const (
+	Started         = "started"
+	ReportSucceeded = "succeeded"
+	ReportFailed    = "failed"
+	ReportCancelled = "cancelled"
+)
+
+// Dry-run verdicts.
+const (
+	Placeable  = "placeable"
+	Busy       = "busy"
+	Impossible = "impossible"
+	TooWide    = "too_wide"
+)
+
+// Finished reports whether a run or step state is final.
+func Finished(state string) bool {
+	switch state {
+	case Succeeded, Failed, Cancelled, Skipped:
+		return true
+	}
+	return false
+}
+
+// Reply is what every answer carries besides its fields: the HTTP status and the body exactly
+// as it was received, for callers that print or store the API's own JSON.
+type Reply struct {
+	Status int
+	Body   []byte
+	Header http.Header
+}
+
+// Run is a run as clients see it.
+type Run struct {
+	RunID               string            `json:"run_id"`
+	State               string            `json:"state"`
+	Reason              *string           `json:"reason"`
+	Attempt             int               `json:"attempt"`
+	MaxAttempts         int               `json:"max_attempts"`
+	CreatedAt           time.Time         `json:"created_at"`
+	StartedAt           *time.Time        `json:"started_at"`
+	FinishedAt          *time.Time        `json:"finished_at"`
+	CancelRequestedAt   *time.Time        `json:"cancel_requested_at"`
+	CancelReason        *string           `json:"cancel_reason,omitempty"`
+	TimeoutSeconds      *int              `json:"timeout_seconds"`
+	QueueTimeoutSeconds *int              `json:"queue_timeout_seconds"`
+	WaitForCapacity     bool              `json:"wait_for_capacity"`
+	Roles               map[string]Role   `json:"roles"`
+	Steps               []Step            `json:"steps"`
+	Assigned            map[string]string `json:"assigned,omitempty"`
+	Metadata            json.RawMessage   `json:"metadata"`
+	// QueuePosition is how many runs are ahead of a QUEUED run.
+	QueuePosition *int `json:"queue_position,omitempty"`
+}
+
+// ReasonText is the run's reason, or "".
+func (r Run) ReasonText() string {
+	if r.Reason == nil {
+		return ""
+	}
+	return *r.Reason
+}
+
+// StepsDone counts the steps in a final state.
+func (r Run) StepsDone() int {
+	n := 0
+	for _, s := range r.Steps {
+		if Finished(s.State) {
+			n++
+		}
+	}
+	return n
+}
+
+// Role is one named slot of a run: what its node must have, and the node once placed.
+type Role struct {
+	Needs  []string `json:"needs"`
+	NodeID string   `json:"node_id"`
+}
+
+// Step is one piece of work on one role.
+type Step struct {
+	ID         string     `json:"id"`
+	Role       string     `json:"role"`
+	State      string     `json:"state"`
+	After      []string   `json:"after"`
+	Retries    int        `json:"retries"`
+	Tries      int        `json:"tries"`
+	ExitCode   *int       `json:"exit_code"`
+	Message    *string    `json:"message"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+}
+
+// Event is one line of a run's history.
+type Event struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	Kind    string    `json:"kind"`
+	From    *string   `json:"from"`
+	To      string    `json:"to"`
+	Reason  *string   `json:"reason,omitempty"`
+	NodeID  *string   `json:"node_id,omitempty"`
+}
+
+// Unmet is a role no node of the fleet could ever serve, with what it needs.
+type Unmet struct {
+	Role  string   `json:"role"`
+	Needs []string `json:"needs"`
+}
+
+// RunRequest is a submission (POST /v1/runs). Give Needs (one role, named "main") or Roles.
+type RunRequest struct {
+	RunID               string                 `json:"run_id"`
+	Needs               []string               `json:"needs,omitzero"`
+	Roles               map[string]RoleRequest `json:"roles,omitzero"`
+	Steps               []StepRequest          `json:"steps"`
+	MaxAttempts         int                    `json:"max_attempts,omitzero"`
+	TimeoutSeconds      int                    `json:"timeout_seconds,omitzero"`
+	QueueTimeoutSeconds int                    `json:"queue_timeout_seconds,omitzero"`
+	WaitForCapacity     bool                   `json:"wait_for_capacity,omitzero"`
+	Metadata            any                    `json:"metadata,omitzero"`
+}
+
+// RoleRequest is one role of a submission.
+type RoleRequest struct {
+	Needs []string `json:"needs"`
+}
+
+// StepRequest is one step of a submission. Role may be left out of a run given by Needs.
+type StepRequest struct {
+	ID      string   `json:"id"`
+	Role    string   `json:"role,omitzero"`
+	After   []string `json:"after,omitzero"`
+	Spec    any      `json:"spec,omitzero"`
+	Retries int      `json:"retries,omitzero"`
+}
+
+// Submitted is the answer to a submit: 201 placed, 202 queued, 200 the same request as
+// before (the run as it stands), or 422 refused (stored FAILED, with the unmet roles).
+type Submitted struct {
+	Reply `json:"-"`
+	Run   Run     `json:"run"`
+	Unmet []Unmet `json:"unmet"`
+}
+
+// Placed: 201, the run holds its nodes.
+func (s *Submitted) Placed() bool { return s.Status == http.StatusCreated }
+
+// Queued: 202, capable nodes exist but are busy, or older runs wait.
+func (s *Submitted) Queued() bool { return s.Status == http.StatusAccepted }
+
+// Again: 200, this run_id was submitted before with the same request.
+func (s *Submitted) Again() bool { return s.Status == http.StatusOK }
+
+// Refused: 422, no node of the fleet could ever serve it.
+func (s *Submitted) Refused() bool { return s.Status == http.StatusUnprocessableEntity }
+
+// Verdict is a dry run's answer: what a submit would do now, nothing stored.
+type Verdict struct {
+	Reply    `json:"-"`
+	Verdict  string            `json:"verdict"` // Placeable, Busy, Impossible or TooWide
+	Assigned map[string]string `json:"assigned"`
+	Unmet    []Unmet           `json:"unmet"`
+	Width    int               `json:"width"`
+}
+
+// RunDetail is a run with its history (GET /v1/runs/{run_id}).
+type RunDetail struct {
+	Reply   `json:"-"`
+	Run     Run     `json:"run"`
+	History []Event `json:"history"`
+}
+
+// ListRunsParams filter and page GET /v1/runs. Zero values are the API's defaults.
+type ListRunsParams struct {
+	State string // one of the run states, or "" for all
+	Limit int    // 1..100; 0 is the API's default (20)
+	After string // the cursor of the page before (RunPage.Next)
+}
+
+// RunPage is one page of runs, newest first; Next is the cursor of the next page, nil at the end.
+type RunPage struct {
+	Reply `json:"-"`
+	Runs  []Run   `json:"runs"`
+	Next  *string `json:"next"`
+}
+
+// CancelRequest is a cancel's body; Force is for admins.
+type CancelRequest struct {
+	Reason string `json:"reason,omitzero"`
+	Force  bool   `json:"force,omitzero"`
+}
+
+// CancelReply is a cancel's answer: 200 settled (CANCELLED now), 202 asked to stop (RUNNING
+// until its nodes acknowledge).
+type CancelReply struct {
+	Reply `json:"-"`
+	Run   Run `json:"run"`
+}
+
+// Settled: the run is CANCELLED already.
+func (c *CancelReply) Settled() bool { return c.Status == http.StatusOK }
+
+// HeartbeatRequest is a node's advert (PUT /v1/nodes/{node_id}).
+type HeartbeatRequest struct {
+	BootID   string   `json:"boot_id"`
+	Labels   []string `json:"labels"` // [] for none; never null
+	Draining bool     `json:"draining"`
+}
+
+// HeartbeatReply is what the node is told: itself as recorded, its lease, its steps, and when
+// to come back.
+type HeartbeatReply struct {
+	Reply                `json:"-"`
+	Node                 NodeInfo   `json:"node"`
+	Lease                *HeldLease `json:"lease"`
+	Steps                []NodeStep `json:"steps"`
+	NextHeartbeatSeconds int        `json:"next_heartbeat_seconds"`
+}
+
+// NodeInfo is a node as the fleet records it (GET /v1/nodes, and each heartbeat's answer).
+type NodeInfo struct {
+	NodeID     string    `json:"node_id"`
+	State      string    `json:"state"` // idle, leased, draining or offline
+	Labels     []string  `json:"labels"`
+	BootID     string    `json:"boot_id"`
+	Draining   bool      `json:"draining"`
+	LastSeenAt time.Time `json:"last_seen_at"`
+}
+
+// HeldLease is a node's lease as the node sees it: its reports are fenced by Epoch.
+type HeldLease struct {
+	RunID     string    `json:"run_id"`
+	Epoch     int64     `json:"epoch"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// NodeStep is a step a node holds, with what it may do about it.
+type NodeStep struct {
+	RunID    string          `json:"run_id"`
+	StepID   string          `json:"step_id"`
+	Spec     json.RawMessage `json:"spec"`
+	State    string          `json:"state"`
+	Runnable bool            `json:"runnable"`
+	Cancel   bool            `json:"cancel"`
+}
+
+// ReportRequest is a step report, fenced by the lease's epoch and the boot it was granted under.
+type ReportRequest struct {
+	NodeID   string  `json:"node_id"`
+	BootID   string  `json:"boot_id"`
+	Epoch    int64   `json:"epoch"`
+	Status   string  `json:"status"` // Started, ReportSucceeded, ReportFailed or ReportCancelled
+	ExitCode *int    `json:"exit_code,omitempty"`
+	Message  *string `json:"message,omitempty"`
+	Output   *string `json:"output,omitempty"`
+}
+
+// ReportReply is what a report did. Next are steps of this run the node may start now;
+// NextRun, when the report freed the node and a queued run was placed on it, is that run.
+type ReportReply struct {
+	Reply     `json:"-"`
+	RunID     string     `json:"run_id"`
+	StepID    string     `json:"step_id"`
+	StepState string     `json:"step_state"`
+	RunState  string     `json:"run_state"`
+	Next      []NodeStep `json:"next"`
+	NextRun   *NextRun   `json:"next_run,omitempty"`
+}
+
+// NextRun is a run handed to a node in a report's answer.
+type NextRun struct {
+	Lease HeldLease  `json:"lease"`
+	Steps []NodeStep `json:"steps"`
+}
+
+// RemovedNode is a node removal's answer.
+type RemovedNode struct {
+	Reply      `json:"-"`
+	NodeID     string `json:"node_id"`
+	Released   int    `json:"released"`    // leases released (the node's and its run-mates')
+	RunsFailed int    `json:"runs_failed"` // queued runs no remaining node could ever serve
+}
+
+// NodeList is the fleet (admins).
+type NodeList struct {
+	Reply `json:"-"`
+	Nodes []NodeInfo `json:"nodes"`
+}
+
+// Lease is a node held by a run (GET /v1/leases).
+type Lease struct {
+	NodeID    string    `json:"node_id"`
+	RunID     string    `json:"run_id"`
+	Role      string    `json:"role"`
+	Epoch     int64     `json:"epoch"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Alive     bool      `json:"alive"`
+}
+
+// LeaseList is every lease held (admins).
+type LeaseList struct {
+	Reply  `json:"-"`
+	Leases []Lease `json:"leases"`
+}
+
+// QueueEntry is one kind of queued run: its needs, how many wait, for how long, and how many
+// nodes could serve them.
+type QueueEntry struct {
+	Needs             [][]string `json:"needs"`
+	Queued            int        `json:"queued"`
+	OldestRunID       string     `json:"oldest_run_id,omitempty"`
+	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
+	CapableNodes      int        `json:"capable_nodes"`
+	AvailableNodes    int        `json:"available_nodes"`
+	PlaceableNow      bool       `json:"placeable_now"`
+}
+
+// QueueReply is GET /v1/queue.
+type QueueReply struct {
+	Reply `json:"-"`
+	Queue []QueueEntry `json:"queue"`
+}
+
+// Health is GET /healthz: the database answers, and its schema is the one the API expects.
+type Health struct {
+	Reply                 `json:"-"`
+	Status                string `json:"status"`
+	SchemaVersion         int    `json:"schema_version"`
+	ExpectedSchemaVersion int    `json:"expected_schema_version"`
+}
+
+// Document is the API's OpenAPI document, as served.
+type Document struct {
+	Reply `json:"-"`
+}
