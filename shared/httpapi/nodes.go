@@ -10,11 +10,13 @@ import (
 	"mediator/shared/store"
 )
 
-// Nodes serves the node routes: the heartbeat, and removal from the fleet.
+// Nodes serves the node routes: the heartbeat, removal from the fleet, and an admin's drain.
 func Nodes(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
-		"PUT /v1/nodes/{node_id}":    {serve: heartbeat},
-		"DELETE /v1/nodes/{node_id}": {serve: removeNode},
+		"PUT /v1/nodes/{node_id}":          {serve: heartbeat},
+		"DELETE /v1/nodes/{node_id}":       {serve: removeNode},
+		"POST /v1/nodes/{node_id}/drain":   {serve: drainNode},
+		"DELETE /v1/nodes/{node_id}/drain": {serve: undrainNode},
 	})
 }
 
@@ -70,6 +72,42 @@ func removeNode(c *call) (reply, error) {
 		c.wake()
 	}
 	return reply{http.StatusOK, map[string]any{"node_id": nodeID, "released": res.Released, "runs_failed": res.Unservable}}, nil
+}
+
+// drainNode stops new work going to a node (admin), as `nomad node drain` does: it finishes
+// what it holds, and its own heartbeat cannot lift the drain. No wake: it makes no room.
+func drainNode(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return reply{}, err
+	}
+	n, err := c.d.Store.DrainNode(c.ctx, nodeID, c.who.Owner())
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"node": n}}, nil
+}
+
+// undrainNode lifts an admin's drain; a node that is available again wakes the queue.
+func undrainNode(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return reply{}, err
+	}
+	res, err := c.d.Store.UndrainNode(c.ctx, nodeID)
+	if err != nil {
+		return reply{}, err
+	}
+	if res.CapacityAppeared {
+		c.wake(nodeID)
+	}
+	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
 }
 
 // nodeSelf is the node id of a node route, which only that node (or an admin) may use.

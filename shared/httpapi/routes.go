@@ -25,6 +25,8 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", "result"},
 	{"PUT", "/v1/nodes/{node_id}", "nodes"},
 	{"DELETE", "/v1/nodes/{node_id}", "nodes"},
+	{"POST", "/v1/nodes/{node_id}/drain", "nodes"},
+	{"DELETE", "/v1/nodes/{node_id}/drain", "nodes"},
 	{"GET", "/v1/nodes", "query"},
 	{"GET", "/v1/leases", "query"},
 	{"GET", "/v1/queue", "query"},

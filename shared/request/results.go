@@ -1,8 +1,10 @@
 package request
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 
 	"mediator/shared/problem"
 	"mediator/shared/store"
@@ -14,7 +16,12 @@ const (
 	MaxMessageBytes = 4 << 10
 	MaxOutputBytes  = 64 << 10
 	MaxReasonBytes  = 1 << 10
+	MaxOutputsBytes = 4 << 10 // a step's outputs, as compact JSON
 )
+
+// outputKeyPattern is an output's key: it becomes part of an environment variable's name on
+// the nodes of the steps that read it.
+var outputKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
 // Result decodes POST /v1/runs/{run_id}/steps/{step_id}/result.
 func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Problem) {
@@ -43,6 +50,7 @@ func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Pro
 	var tooLarge *problem.Problem
 	p.Message, tooLarge = boundedText(o, "message", MaxMessageBytes, tooLarge)
 	p.Output, tooLarge = boundedText(o, "output", MaxOutputBytes, tooLarge)
+	p.Outputs, tooLarge = outputs(o, p.Status, tooLarge)
 	o.done()
 	if len(errs) > 0 {
 		return store.ReportParams{}, problem.Invalid(errs)
@@ -66,6 +74,44 @@ func boundedText(o *object, key string, limit int, prev *problem.Problem) (*stri
 		return nil, prev
 	}
 	return &s, prev
+}
+
+// outputs reads a succeeded report's outputs: an object of string values under keys in
+// outputKeyPattern, at most MaxOutputsBytes of compact JSON (413 above, like a long message).
+func outputs(o *object, status string, prev *problem.Problem) (map[string]string, *problem.Problem) {
+	v, ok := o.get("outputs", false)
+	if !ok {
+		return nil, prev
+	}
+	if status != "" && status != store.ReportSucceeded {
+		o.fail("outputs", "only a succeeded report carries outputs")
+		return nil, prev
+	}
+	m, isObj := v.(map[string]any)
+	if !isObj {
+		o.fail("outputs", "must be an object of string values")
+		return nil, prev
+	}
+	out := make(map[string]string, len(m))
+	for k, val := range m {
+		s, isStr := val.(string)
+		switch {
+		case !outputKeyPattern.MatchString(k):
+			o.failAt(join(join(o.path, "outputs"), k), "a key must match "+outputKeyPattern.String())
+		case !isStr:
+			o.failAt(join(join(o.path, "outputs"), k), "must be a string")
+		default:
+			out[k] = s
+		}
+	}
+	if b, _ := json.Marshal(out); len(b) > MaxOutputsBytes && prev == nil {
+		prev = problem.New(problem.PayloadTooLarge, fmt.Sprintf("outputs must be at most %d bytes of JSON", MaxOutputsBytes))
+		prev.Errors = []problem.FieldError{{Path: "outputs", Message: fmt.Sprintf("must be at most %d bytes of JSON", MaxOutputsBytes)}}
+	}
+	if len(out) == 0 {
+		return nil, prev
+	}
+	return out, prev
 }
 
 // Cancel decodes POST /v1/runs/{run_id}/cancel: {"reason", "force"}, both optional; an empty

@@ -40,14 +40,20 @@ type HeldLease struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// NodeStep is a step the node holds, with what it may do about it.
+// NodeStep is a step the node holds, with what it may do about it (sql/rules.sql node_step).
 type NodeStep struct {
 	RunID    string          `json:"run_id"`
 	StepID   string          `json:"step_id"`
+	Role     string          `json:"role"`
+	Attempt  int             `json:"attempt"`
 	Spec     json.RawMessage `json:"spec"`
 	State    string          `json:"state"`
 	Runnable bool            `json:"runnable"`
 	Cancel   bool            `json:"cancel"`
+	// Assigned is the node of every role of the run that holds one.
+	Assigned map[string]string `json:"assigned"`
+	// Inputs are the outputs of the steps it waits for, by step ({} for one with none).
+	Inputs map[string]map[string]string `json:"inputs"`
 }
 
 var (
@@ -57,6 +63,8 @@ var (
 	nodeWorkStmt            = stmt("node_work")
 	listNodesStmt           = stmt("list_nodes")
 	listLeasesStmt          = stmt("list_leases")
+	drainNodeStmt           = stmt("drain_node")
+	undrainNodeStmt         = stmt("undrain_node")
 )
 
 // renewSlack: a heartbeat less than this after the last renewal renews nothing.
@@ -156,8 +164,9 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		labels    []string
 		bootID    *string
 		draining  *bool
+		drainBy   *string
 	)
-	if err := row.Scan(&restarted, &changed, &nodeID, &state, &labels, &bootID, &draining, &lastSeen,
+	if err := row.Scan(&restarted, &changed, &nodeID, &state, &labels, &bootID, &draining, &drainBy, &lastSeen,
 		&runID, &epoch, &expiresAt, &res.Steps); err != nil {
 		return res, false, err
 	}
@@ -169,7 +178,8 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		// try registers it anew.
 		return res, false, fmt.Errorf("%w: the node was removed during its heartbeat", ErrRetry)
 	}
-	res.Node = Node{NodeID: *nodeID, State: *state, Labels: labels, BootID: *bootID, Draining: *draining, LastSeenAt: *lastSeen}
+	res.Node = Node{NodeID: *nodeID, State: *state, Labels: labels, BootID: *bootID, Draining: *draining,
+		DrainRequestedBy: drainBy, LastSeenAt: *lastSeen}
 	if runID != nil {
 		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
 	}
@@ -181,6 +191,37 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 // ListNodes is the whole fleet with each node's state (GET /v1/nodes).
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
 	return collect(ctx, s.pool, listNodesStmt, pgx.RowToStructByPos[Node])
+}
+
+// DrainNode records an admin's drain of a node (POST /v1/nodes/{node_id}/drain): it takes no
+// new work until an admin lifts it, whatever its own heartbeat says. The first asker is kept.
+func (s *Store) DrainNode(ctx context.Context, nodeID, by string) (Node, error) {
+	rows, err := drainNodeStmt.query(ctx, s.pool, named{"node_id": nodeID, "by": by})
+	if err != nil {
+		return Node{}, err
+	}
+	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Node])
+	return n, drainNodeStmt.fail(err)
+}
+
+// UndrainResult is the node after an admin lifted its drain.
+type UndrainResult struct {
+	Node Node
+	// CapacityAppeared: a drain was lifted and the node is available now. The caller wakes.
+	CapacityAppeared bool
+}
+
+// UndrainNode lifts an admin's drain (DELETE /v1/nodes/{node_id}/drain); the node's own drain,
+// if its heartbeat says so, stays.
+func (s *Store) UndrainNode(ctx context.Context, nodeID string) (UndrainResult, error) {
+	var n Node
+	var lifted *bool
+	err := undrainNodeStmt.queryRow(ctx, s.pool, named{"node_id": nodeID}).Scan(
+		&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining, &n.DrainRequestedBy, &n.LastSeenAt, &lifted)
+	if err != nil {
+		return UndrainResult{}, err
+	}
+	return UndrainResult{Node: n, CapacityAppeared: lifted != nil && *lifted && n.State == NodeIdle}, nil
 }
 
 // AvailableNode is a node the queue may be placed on now.

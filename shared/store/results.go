@@ -23,6 +23,8 @@ type ReportParams struct {
 	Status          string
 	ExitCode        *int
 	Message, Output *string
+	// Outputs are a succeeded step's outputs for the steps that wait for it (nil for none).
+	Outputs map[string]string
 }
 
 // ReportResult is what a report did.
@@ -55,6 +57,7 @@ type reportStep struct {
 var (
 	reportStepStmt  = stmt("report_step")
 	reportWriteStmt = stmt("report_write")
+	reportNextStmt  = stmt("report_next")
 )
 
 // Report applies a node's report on one step, all in one transaction: the step, the
@@ -111,9 +114,10 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 	if len(d.skip) == 0 && len(d.release) == 0 && d.settle == "" {
 		write = reportStepStmt
 	}
+	next := d.next(st.Role)
 	write.queue(b, func(row pgx.Row) error {
 		var wrote int
-		if err := row.Scan(&wrote, &res.Released, &res.Next); err != nil {
+		if err := row.Scan(&wrote, &res.Released); err != nil {
 			return err
 		}
 		if wrote == 0 {
@@ -125,10 +129,22 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 		"run_id": p.RunID, "step_id": p.StepID, "state": d.state, "tries": d.tries,
 		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
 		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
-		"attempt": attempt, "next": d.next(st.Role),
+		"attempt": attempt, "outputs": outputsArg(p.Outputs),
 		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role,
 	})
+	res.Next = []NodeStep{}
+	if len(next) > 0 {
+		reportNextStmt.queue(b, func(row pgx.Row) error { return row.Scan(&res.Next) }, p.RunID, next)
+	}
 	return nil
+}
+
+// outputsArg is a report's outputs as the statement takes them: SQL NULL for none.
+func outputsArg(o map[string]string) any {
+	if len(o) == 0 {
+		return nil
+	}
+	return o
 }
 
 // decision is what a report does to the run, decided from the run as locked.

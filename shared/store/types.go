@@ -88,6 +88,8 @@ type Step struct {
 	Message    *string    `json:"message"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`
+	// Outputs are what the step reported when it succeeded (null otherwise).
+	Outputs map[string]string `json:"outputs"`
 }
 
 // Event is one line of a run's history.
@@ -103,12 +105,15 @@ type Event struct {
 
 // Node is a fleet entry (GET /v1/nodes).
 type Node struct {
-	NodeID     string    `json:"node_id"`
-	State      string    `json:"state"` // NodeIdle, NodeLeased, NodeDraining or NodeOffline
-	Labels     []string  `json:"labels"`
-	BootID     string    `json:"boot_id"`
-	Draining   bool      `json:"draining"`
-	LastSeenAt time.Time `json:"last_seen_at"`
+	NodeID string   `json:"node_id"`
+	State  string   `json:"state"` // NodeIdle, NodeLeased, NodeDraining or NodeOffline
+	Labels []string `json:"labels"`
+	BootID string   `json:"boot_id"`
+	// Draining is effective: the node's own drain or an admin's.
+	Draining bool `json:"draining"`
+	// DrainRequestedBy is the admin who drained the node from outside, if one did.
+	DrainRequestedBy *string   `json:"drain_requested_by"`
+	LastSeenAt       time.Time `json:"last_seen_at"`
 }
 
 // Lease is a node held by a run (GET /v1/leases).

@@ -56,6 +56,7 @@ WITH lost AS (
         exit_code = CASE WHEN run.state = {{QUEUED}} THEN NULL ELSE st.exit_code END,
         message = CASE WHEN run.state = {{QUEUED}} THEN NULL ELSE st.message END,
         output = CASE WHEN run.state = {{QUEUED}} THEN NULL ELSE st.output END,
+        outputs = CASE WHEN run.state = {{QUEUED}} THEN NULL ELSE st.outputs END,
         epoch = NULL, -- queued: a new attempt; ended: by no report of a node (see end_runs)
         started_at = CASE WHEN run.state = {{QUEUED}} THEN NULL ELSE st.started_at END,
         finished_at = CASE WHEN run.state = {{QUEUED}} THEN NULL ELSE now() END

@@ -3,10 +3,7 @@
 -- fragment: lease_steps(lease)
 -- The steps a lease gives its node (lease: a row with run_id and role), as JSON, with what
 -- the node may do about each.
-(SELECT coalesce(json_agg(json_build_object(
-        'run_id', s.run_id, 'step_id', s.step_id, 'spec', s.spec, 'state', s.state,
-        'runnable', {{runnable s r}},
-        'cancel', r.cancel_requested_at IS NOT NULL) ORDER BY s.ordinal), '[]')
+(SELECT coalesce(json_agg({{node_step s r}} ORDER BY s.ordinal), '[]')
      FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = lease.role
      WHERE r.run_id = lease.run_id AND s.state IN ({{PENDING}}, {{RUNNING}}))
 
@@ -25,7 +22,7 @@
 -- first, so it goes through heartbeatAfterRestart instead.
 /* heartbeat */
 WITH prev AS (
-    SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
+    SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by
     FROM nodes WHERE node_id = @node_id::text
 ), stale AS (
     SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
@@ -37,16 +34,16 @@ WITH prev AS (
     SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
            now() + @advert_ttl::float8 * interval '1 second', now()
     WHERE NOT EXISTS (SELECT 1 FROM prev)
-    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
+    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by
 ), upd AS (
     UPDATE nodes SET labels = @labels::text[], boot_id = @boot_id::text, draining = @draining::bool,
         advert_expires_at = now() + @advert_ttl::float8 * interval '1 second', last_seen_at = now()
     WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM stale)
-    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at
+    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by
 ), node AS (
     SELECT * FROM ins
     UNION ALL SELECT * FROM upd
-    UNION ALL SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at FROM prev WHERE EXISTS (SELECT 1 FROM fresh)
+    UNION ALL SELECT * FROM prev WHERE EXISTS (SELECT 1 FROM fresh)
 ), pulse AS (
     -- The system accepted a heartbeat (see heartbeat_pulse): at most one write a second, and
     -- never a wait — a heartbeat that finds the row being written leaves it to that one.
@@ -74,7 +71,8 @@ SELECT
     -- once this commits, and its wake does not come back; this heartbeat's wake stands in.
     coalesce((SELECT advert_expires_at <= now() OR draining AND NOT @draining::bool OR labels <> @labels::text[]
                      OR boot_id <> @boot_id::text FROM prev), true),
-    node.node_id, {{node_state node lease}}, node.labels, node.boot_id, node.draining, node.last_seen_at,
+    node.node_id, {{node_state node lease}}, node.labels, node.boot_id, {{drained node}}, node.drain_requested_by,
+    node.last_seen_at,
     lease.run_id, lease.epoch, lease.expires_at,
     {{lease_steps lease}}
 FROM (SELECT 1) one
@@ -97,11 +95,40 @@ SELECT node_id, epoch FROM leases WHERE node_id = $1 AND boot_id <> $2
 SELECT lease.run_id, lease.epoch, lease.expires_at, {{lease_steps lease}}
 FROM leases lease WHERE lease.node_id = $1 AND lease.boot_id = $2
 
+-- fragment: node_view(n, l)
+-- A node as GET /v1/nodes shows it (Node in types.go); l is its lease, if any.
+n.node_id, {{node_state n l}}, n.labels, n.boot_id, {{drained n}}, n.drain_requested_by, n.last_seen_at
+
 -- name: list_nodes
 /* nodes: list */
-SELECT n.node_id, {{node_state n l}}, n.labels, n.boot_id, n.draining, n.last_seen_at
+SELECT {{node_view n l}}
 FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id
 ORDER BY n.node_id
+
+-- name: drain_node
+-- An admin's drain: the first asker is kept. No wake: it makes no room.
+/* nodes: drain */
+WITH n AS (
+    UPDATE nodes SET drain_requested_by = coalesce(drain_requested_by, @by::text),
+        drain_requested_at = coalesce(drain_requested_at, now())
+    WHERE node_id = @node_id::text
+    RETURNING *
+)
+SELECT {{node_view n l}} FROM n LEFT JOIN leases l ON l.node_id = n.node_id
+
+-- name: undrain_node
+-- Lifts an admin's drain (not the node's own, which its heartbeat says). It answers whether
+-- there was one: then the node may be newly available, and the caller wakes.
+/* nodes: undrain */
+WITH prev AS (
+    SELECT node_id, drain_requested_by FROM nodes WHERE node_id = @node_id::text
+), n AS (
+    UPDATE nodes SET drain_requested_by = NULL, drain_requested_at = NULL
+    WHERE node_id = @node_id::text
+    RETURNING *
+)
+SELECT {{node_view n l}}, (SELECT drain_requested_by IS NOT NULL FROM prev)
+FROM n LEFT JOIN leases l ON l.node_id = n.node_id
 
 -- name: list_leases
 -- alive is judged by the lease alone.

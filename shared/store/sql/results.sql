@@ -6,7 +6,7 @@
 -- if the update ever finds otherwise, it writes nothing, nor does anything gated on it, and
 -- Report answers ErrStaleAssignment.
 UPDATE steps SET state = @state::text, tries = @tries::int, exit_code = @exit_code::int,
-    message = @message::text, output = @output::text, epoch = @epoch::bigint,
+    message = @message::text, output = @output::text, outputs = @outputs::jsonb, epoch = @epoch::bigint,
     started_at = CASE WHEN @state::text = {{RUNNING}} THEN now()
                       WHEN @state::text = {{PENDING}} THEN NULL ELSE started_at END,
     finished_at = CASE WHEN @state::text IN ({{PENDING}}, {{RUNNING}}) THEN NULL ELSE now() END
@@ -15,18 +15,12 @@ WHERE run_id = @run_id::text AND step_id = @step_id::text AND state = @prev::tex
               AND l.epoch = @epoch::bigint AND l.boot_id = @boot_id::text AND l.role = @role::text)
 RETURNING step_id
 
--- fragment: report_next_steps
--- The steps the report made runnable for its node (decided in Go: @next), as it is told them.
-(SELECT coalesce(json_agg(json_build_object('run_id', run_id, 'step_id', step_id, 'spec', spec,
-         'state', {{PENDING}}, 'runnable', true, 'cancel', false) ORDER BY ordinal), '[]')
-   FROM steps WHERE run_id = @run_id::text AND step_id = ANY (@next::text[]))
-
 -- name: report_step
 -- A report that changes its step only (started, a retry): the usual half of all reports, and a
 -- fifth of report_write to start up.
 /* report: step */
 WITH step AS ({{report_step_update}})
-SELECT (SELECT count(*) FROM step), 0::bigint, {{report_next_steps}}
+SELECT (SELECT count(*) FROM step), 0::bigint
 
 -- name: report_write
 -- What Report decided, in one statement: the step, the dependents it skips, the leases it
@@ -52,4 +46,13 @@ WITH step AS ({{report_step_update}}
     SELECT @run_id::text, @attempt::int, 'released', {{RUNNING}}, {{RUNNING}}, NULL, node_id
     FROM freed WHERE @settle::text = ''
 )
-SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed), {{report_next_steps}}
+SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed)
+
+-- name: report_next
+-- The steps the report made runnable for its node (decided in Go: @next), as the node is handed
+-- them. A statement of its own after the write, in the same transaction, so that it sees the
+-- write: the outputs just reported are the inputs of the steps that waited for them.
+/* report: next */
+SELECT coalesce(json_agg({{node_step s r}} ORDER BY s.ordinal), '[]')
+FROM steps s JOIN runs r ON r.run_id = s.run_id
+WHERE s.run_id = $1 AND s.step_id = ANY ($2::text[])

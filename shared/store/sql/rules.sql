@@ -17,22 +17,37 @@ r.created_at, r.run_id
 -- (Store.New), so that they take no parameter and keep one plan.
 r.created_at < now() - @starvation::float8 * interval '1 second'
 
+-- fragment: drained(n)
+-- A node taking no new work: by its own say (draining, from its heartbeat) or an admin's.
+(n.draining OR n.drain_requested_by IS NOT NULL)
+
 -- fragment: takes_work(n)
--- A node the queue may place on, lease aside: its advert is live and it is not draining. An
+-- A node the queue may place on, lease aside: its advert is live and it is not drained. An
 -- available node also holds no lease: statements find those through free_nodes.
-n.advert_expires_at > now() AND NOT n.draining
+n.advert_expires_at > now() AND NOT {{drained n}}
 
 -- fragment: node_state(n, l)
 -- What GET /v1/nodes and a heartbeat's answer say a node is; l is its lease, if any.
 CASE WHEN l.run_id IS NOT NULL THEN {{LEASED}}
      WHEN n.advert_expires_at <= now() THEN {{OFFLINE}}
-     WHEN n.draining THEN {{DRAINING}}
+     WHEN {{drained n}} THEN {{DRAINING}}
      ELSE {{IDLE}} END
 
 -- fragment: need_key(ro)
 -- A role's needs as one string (labels never contain a comma): how the wake pairs planned
 -- nodes with a picked run's roles. needKey is its Go twin (TestNeedKeyInGoIsNeedKeyInSQL).
 array_to_string(ro.needs, ',')
+
+-- fragment: node_step(s, r)
+-- A step s of run r as its node is handed it (a heartbeat's steps, a result's next): what it may
+-- do about it, its role and attempt, where every role of the run is, and the outputs of the
+-- steps it waits for, keyed by step.
+json_build_object('run_id', s.run_id, 'step_id', s.step_id, 'role', s.role, 'attempt', r.attempt,
+    'spec', s.spec, 'state', s.state, 'runnable', {{runnable s r}}, 'cancel', r.cancel_requested_at IS NOT NULL,
+    'assigned', (SELECT coalesce(json_object_agg(ro.role, ro.node_id ORDER BY ro.ordinal), '{}')
+                 FROM run_roles ro WHERE ro.run_id = s.run_id AND ro.node_id <> ''),
+    'inputs', (SELECT coalesce(json_object_agg(d.step_id, coalesce(d.outputs, '{}') ORDER BY d.ordinal), '{}')
+               FROM steps d WHERE d.run_id = s.run_id AND d.step_id = ANY (s.after)))
 
 -- fragment: runnable(s, r)
 -- A step its node may start now: PENDING, its run not cancelling, every step it waits for

@@ -16,7 +16,7 @@ r.wait_for_capacity, r.metadata,
    FROM run_roles ro WHERE ro.run_id = r.run_id) AS roles,
 (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,
         'retries', s.retries, 'tries', s.tries, 'exit_code', s.exit_code, 'message', s.message,
-        'started_at', s.started_at, 'finished_at', s.finished_at) ORDER BY s.ordinal)
+        'started_at', s.started_at, 'finished_at', s.finished_at, 'outputs', s.outputs) ORDER BY s.ordinal)
    FROM steps s WHERE s.run_id = r.run_id) AS steps
 
 -- fragment: newest_first(r)
