@@ -1,2 +1,3 @@
-// Package infra holds the database stack's CloudFormation template; its test checks the template's shape.
+// Package infra holds what operators deploy besides the functions: the database stack's
+// CloudFormation template, and the node agent's systemd unit. Its tests check both.
 package infra
