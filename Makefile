@@ -42,12 +42,15 @@ build: ## build every function's bootstrap for this machine (or GOOS/GOARCH) int
 cli: ## the command line, bin/mediator (or: go install ./cmd/mediator)
 	$(GO) build -o bin/mediator ./cmd/mediator
 
-lint: ## go vet, gofmt, the OpenAPI document, and no line citing what lies outside the repository
+lint: ## go vet, gofmt, the OpenAPI document, cfn-lint on the templates, and no line citing what lies outside the repository
 	$(GO) vet ./...
 	cd localdev/bench && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) run ./localdev/cmd/openapicheck
+	@# Every finding fails, warnings included; the templates suppress no check.
+	@if command -v cfn-lint >/dev/null; then echo "cfn-lint template.yaml infra/*.yaml"; cfn-lint template.yaml infra/*.yaml; \
+	else echo "cfn-lint is not installed (pip install cfn-lint): the CloudFormation templates were not linted"; fi
 	@# The repository stands alone: no file, tracked or about to be, cites a spec or a shared
 	@# folder outside it. (The pattern is written so that it does not match itself.)
 	@cited=$$(git ls-files --cached --others --exclude-standard -z | xargs -0 -r grep -nsIE 'SPEC[.]md|[.][.]/shared' --); \

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
@@ -19,18 +20,21 @@ import (
 // The template is read as a yaml.Node tree: CloudFormation's short forms (!Ref, !GetAtt, !Sub,
 // ...) are custom tags that a node keeps and a decode into map[string]any would not.
 
-func loadTemplate(t *testing.T) *yaml.Node {
+func loadTemplate(t *testing.T) *yaml.Node { return loadFile(t, "database.yaml") }
+
+// loadFile reads one of the templates (database.yaml, access.yaml, ../template.yaml).
+func loadFile(t *testing.T, name string) *yaml.Node {
 	t.Helper()
-	data, err := os.ReadFile("database.yaml")
+	data, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("database.yaml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		t.Fatal("database.yaml is not one YAML mapping")
+		t.Fatalf("%s is not one YAML mapping", name)
 	}
 	return doc.Content[0]
 }
@@ -186,7 +190,12 @@ func TestTemplateHasTheDatabaseResources(t *testing.T) {
 
 func TestEveryReferenceNamesSomethingInTheTemplate(t *testing.T) {
 	t.Parallel()
-	tmpl := loadTemplate(t)
+	for _, name := range []string{"database.yaml", "access.yaml"} {
+		t.Run(name, func(t *testing.T) { everyReferenceResolves(t, loadFile(t, name)) })
+	}
+}
+
+func everyReferenceResolves(t *testing.T, tmpl *yaml.Node) {
 	known := map[string]bool{}
 	for _, section := range []string{"Parameters", "Resources"} {
 		for _, k := range keys(get(tmpl, section)) {
@@ -381,6 +390,100 @@ func TestProxyInitQueryDefaultRunsOnPostgreSQL(t *testing.T) {
 		}
 		if got != strconv.Itoa(want)+"ms" && got != strconv.Itoa(want/1000)+"s" {
 			t.Errorf("after ProxyInitQuery, %s = %s; the functions assume %d ms", name, got, want)
+		}
+	}
+}
+
+// The migrate function answers each deploy at a pre-signed S3 URL: the functions' group lets
+// HTTPS out to S3's addresses only, and the stack can give the private subnets a route there.
+func TestTheFunctionsReachS3(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	res := get(tmpl, "Resources")
+	var egress []string
+	for _, id := range resourcesOfType(tmpl, "AWS::EC2::SecurityGroupEgress") {
+		props := path(res, id, "Properties")
+		if target, _ := refTarget(get(props, "GroupId")); target != "FunctionSecurityGroup" {
+			continue
+		}
+		if pl := get(props, "DestinationPrefixListId"); pl != nil {
+			if target, _ := refTarget(pl); target != "S3PrefixListId" || get(props, "FromPort").Value != "443" ||
+				get(props, "ToPort").Value != "443" || path(res, id, "Condition") != nil {
+				t.Errorf("%s: want HTTPS to the S3 prefix list, unconditionally", id)
+			}
+			egress = append(egress, id)
+		}
+	}
+	if len(egress) != 1 {
+		t.Errorf("egress rules of the functions' group to a prefix list: %v, want one, to S3", egress)
+	}
+	if p := path(tmpl, "Parameters", "S3PrefixListId"); p == nil || get(p, "Default") != nil {
+		t.Error("S3PrefixListId: want a parameter without a default (a deploy cannot answer without it)")
+	}
+	var gateways []string
+	for _, id := range resourcesOfType(tmpl, "AWS::EC2::VPCEndpoint") {
+		props := path(res, id, "Properties")
+		if v := get(props, "VpcEndpointType"); v == nil || v.Value != "Gateway" {
+			continue
+		}
+		gateways = append(gateways, id)
+		if sub := get(props, "ServiceName"); sub == nil || sub.Value != "com.amazonaws.${AWS::Region}.s3" {
+			t.Errorf("%s: not the S3 service", id)
+		}
+		if target, _ := refTarget(get(props, "RouteTableIds")); target != "RouteTableIds" {
+			t.Errorf("%s: not on the RouteTableIds parameter's route tables", id)
+		}
+		if path(res, id, "Condition") == nil {
+			t.Errorf("%s: unconditional; a VPC with its own S3 endpoint or a NAT needs none", id)
+		}
+	}
+	if len(gateways) != 1 {
+		t.Errorf("S3 gateway endpoints: %v, want one", gateways)
+	}
+}
+
+// A request waits for a pooled connection no longer than its own deadline, which ends before
+// the function's timeout: the proxy's wait, the request's and the function's agree.
+func TestBorrowTimeoutEndsBeforeTheRequest(t *testing.T) {
+	t.Parallel()
+	var borrow time.Duration
+	for _, id := range resourcesOfType(loadTemplate(t), "AWS::RDS::DBProxyTargetGroup") {
+		v := path(get(loadTemplate(t), "Resources"), id, "Properties", "ConnectionPoolConfigurationInfo", "ConnectionBorrowTimeout")
+		s, err := strconv.Atoi(v.Value)
+		if err != nil {
+			t.Fatalf("%s: ConnectionBorrowTimeout %q", id, v.Value)
+		}
+		borrow = time.Duration(s) * time.Second
+	}
+	cfg, err := config.Load(func(k string) string {
+		if k == "DB_SECRET_ARN" {
+			return "arn:aws:secretsmanager:eu-west-1:123456789012:secret:x"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := cfg.Database.RequestDeadline()
+	timeout := path(loadFile(t, "../template.yaml"), "Globals", "Function", "Timeout")
+	s, err := strconv.Atoi(timeout.Value)
+	if err != nil {
+		t.Fatalf("template.yaml: Globals.Function.Timeout %q", timeout.Value)
+	}
+	function := time.Duration(s) * time.Second
+	if borrow <= 0 || borrow > deadline || deadline >= function {
+		t.Errorf("borrow timeout %v, request deadline %v, function timeout %v: want 0 < borrow <= deadline < timeout",
+			borrow, deadline, function)
+	}
+}
+
+// Where the VPC is chosen, its description says what the Secrets Manager endpoint needs of it.
+func TestTheVpcParameterSaysWhatDNSItNeeds(t *testing.T) {
+	t.Parallel()
+	d := path(loadTemplate(t), "Parameters", "VpcId", "Description")
+	for _, attr := range []string{"enableDnsSupport", "enableDnsHostnames"} {
+		if d == nil || !strings.Contains(d.Value, attr) {
+			t.Errorf("VpcId's description does not name %s", attr)
 		}
 	}
 }

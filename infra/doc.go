@@ -1,3 +1,4 @@
-// Package infra holds what operators deploy besides the functions: the database stack's
-// CloudFormation template, and the node agent's systemd unit. Its tests check both.
+// Package infra holds what operators deploy besides the functions: the database stack's and the
+// access stack's CloudFormation templates, and the node agent's systemd unit. Its tests check
+// all three.
 package infra

@@ -10,5 +10,5 @@ import (
 
 func main() {
 	d := startup.InitMigrator("migrate")
-	lambda.Start(upkeep.Migrate(d.Store, d.Log))
+	lambda.Start(upkeep.Migrate(d))
 }

@@ -11,5 +11,5 @@ import (
 
 func main() {
 	d := startup.Init("reap")
-	lambda.Start(upkeep.Reap(d.Store, d.Log))
+	lambda.Start(upkeep.Reap(d))
 }

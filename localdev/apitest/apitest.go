@@ -23,6 +23,8 @@ import (
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
+	"mediator/shared/publish"
+	requests "mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
@@ -54,8 +56,9 @@ type Env struct {
 type Option func(*options)
 
 type options struct {
-	cfg    config.Config
-	tracer pgx.QueryTracer
+	cfg       config.Config
+	tracer    pgx.QueryTracer
+	publisher func(*store.Store, *slog.Logger) *publish.Publisher
 }
 
 // Configure changes the configuration before the store is opened.
@@ -66,6 +69,12 @@ func PoolSize(n int32) Option { return Configure(func(c *config.Config) { c.Data
 
 // Tracer makes the store's pool report every statement to t.
 func Tracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t } }
+
+// Publisher gives the handlers a run events' publisher, built on the test's store, and turns
+// the event outbox on.
+func Publisher(fn func(*store.Store, *slog.Logger) *publish.Publisher) Option {
+	return func(o *options) { o.publisher = fn }
+}
 
 // New opens a store on a fresh database and builds every handler on it.
 func New(t testing.TB, opts ...Option) *Env {
@@ -97,6 +106,12 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	t.Cleanup(st.Close)
 	d := startup.Deps{Store: st, Config: cfg, Log: log}
+	if o.publisher != nil {
+		d.Publisher = o.publisher(st, log)
+		if err := st.SetPublishing(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fns := httpapi.Functions(d)
 	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns,
 		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}}
@@ -149,11 +164,24 @@ func (e *Env) Do(who auth.Principal, method, target string, body any) Response {
 	return e.Invoke(route.Function, ev)
 }
 
+// DoWith sends a request to the function that owns the route, built from d instead of the
+// test's own Deps (a handler without a publisher, say), and returns its answer.
+func (e *Env) DoWith(d startup.Deps, who auth.Principal, method, target string, body any) Response {
+	e.T.Helper()
+	ev, route := e.Event(who, method, target, body)
+	return e.invoke(httpapi.Functions(d), route.Function, ev)
+}
+
 // Invoke sends an event to one function's handler, and checks the exchange against the
 // OpenAPI document.
 func (e *Env) Invoke(function string, ev events.APIGatewayV2HTTPRequest) Response {
 	e.T.Helper()
-	resp, err := e.Functions[function](context.Background(), ev)
+	return e.invoke(e.Functions, function, ev)
+}
+
+func (e *Env) invoke(fns map[string]httpapi.Handler, function string, ev events.APIGatewayV2HTTPRequest) Response {
+	e.T.Helper()
+	resp, err := fns[function](context.Background(), ev)
 	if err != nil {
 		e.T.Fatalf("%s returned an error instead of a response: %v", function, err)
 	}
@@ -177,7 +205,7 @@ func (e *Env) CheckContract(ev events.APIGatewayV2HTTPRequest, resp events.APIGa
 // Reap invokes the reap function with an EventBridge scheduled event.
 func (e *Env) Reap() store.ReapSummary {
 	e.T.Helper()
-	sum, err := upkeep.Reap(e.Store, e.Deps.Log)(context.Background(), upkeep.ScheduledEvent("test"))
+	sum, err := upkeep.Reap(e.Deps)(context.Background(), upkeep.ScheduledEvent("test"))
 	if err != nil {
 		e.T.Fatalf("reap: %v", err)
 	}
@@ -218,7 +246,7 @@ func (e *Env) Heartbeat(nodeID, bootID string, draining bool, labels ...string) 
 // NewRun is a one-role run ("main") with one step, needing labels.
 func NewRun(id string, needs ...string) store.NewRun {
 	return store.NewRun{
-		RunID: id, Owner: "client:t", RequestHash: []byte(id), MaxAttempts: 1,
+		RunID: id, Owner: "client:t", RequestHash: []byte(id), MaxAttempts: 1, Priority: requests.DefaultPriority,
 		Roles:    []store.NewRole{{Name: "main", Needs: append([]string{}, needs...)}},
 		Steps:    []store.NewStep{{ID: "s1", Role: "main", After: []string{}, Spec: []byte(`{}`)}},
 		Metadata: []byte(`{}`),

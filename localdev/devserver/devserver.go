@@ -20,6 +20,7 @@ import (
 	"mediator/localdev/localpg"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
+	"mediator/shared/publish"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
@@ -41,13 +42,14 @@ type Options struct {
 
 // Stack is a running local Mediator.
 type Stack struct {
-	Config config.Config
-	Store  *store.Store
-	Log    *slog.Logger
-	Base   string // http://127.0.0.1:port once Serve has started
-	pg     *localpg.Server
-	server *http.Server
-	served chan error
+	Config    config.Config
+	Store     *store.Store
+	Log       *slog.Logger
+	Base      string // http://127.0.0.1:port once Serve has started
+	pg        *localpg.Server
+	publisher *publish.Publisher
+	server    *http.Server
+	served    chan error
 }
 
 // Open brings up PostgreSQL, the database and its schema, and the store — everything but the
@@ -81,7 +83,12 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	if s.Store, err = startup.OpenStore(ctx, s.Config, "mediator-local", s.Log, o.Tracer); err != nil {
 		return s, err
 	}
-	if _, err := upkeep.Migrate(s.Store, s.Log)(ctx, nil); err != nil {
+	// With EVENT_BUS_NAME set, run events go wherever the SDK resolves EventBridge to
+	// (AWS_ENDPOINT_URL_EVENTBRIDGE for a local stand-in).
+	if s.publisher, err = startup.Publisher(ctx, s.Config, s.Store, s.Log); err != nil {
+		return s, err
+	}
+	if _, err := upkeep.Migrate(s.Deps())(ctx, nil); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -121,7 +128,7 @@ func (s *Stack) Serve(port int, tokens *gateway.Tokens, extra map[string]http.Ha
 
 // Deps are what every handler is built from.
 func (s *Stack) Deps() startup.Deps {
-	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log}
+	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log, Publisher: s.publisher}
 }
 
 // Wait blocks until the server stops or ctx ends.

@@ -63,24 +63,74 @@ func goEnv(ctx context.Context, name string) (string, error) {
 // build-<LogicalId>` (submit is SubmitFunction), into outDir/<name>/bootstrap, for this machine
 // so the emulator can run it here. It returns name → bootstrap.
 func Build(ctx context.Context, moduleRoot, outDir string, names ...string) (map[string]string, error) {
+	return build(ctx, moduleRoot, outDir, names, "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH)
+}
+
+// BuildDeployed builds each named function as `sam build` does, `make build-<LogicalId>` with
+// nothing overridden, so the bootstraps are the linux/arm64 ones that deploy. Run them with
+// StartUnder and Arm64Runner.
+func BuildDeployed(ctx context.Context, moduleRoot, outDir string, names ...string) (map[string]string, error) {
+	return build(ctx, moduleRoot, outDir, names)
+}
+
+// build runs make for each function with vars on its command line. The first builds alone and
+// fills the build cache with what they share; the rest then only compile their own package and
+// link, side by side.
+func build(ctx context.Context, moduleRoot, outDir string, names []string, vars ...string) (map[string]string, error) {
 	outDir, err := filepath.Abs(outDir) // make runs in moduleRoot
 	if err != nil {
 		return nil, err
 	}
 	bins := map[string]string{}
 	for _, name := range names {
-		dir := filepath.Join(outDir, name)
+		bins[name] = filepath.Join(outDir, name, "bootstrap")
+	}
+	one := func(name string) error {
 		target := "build-" + strings.ToUpper(name[:1]) + name[1:] + "Function"
-		cmd := exec.CommandContext(ctx, "make", "--no-print-directory", target,
-			"ARTIFACTS_DIR="+dir, "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH)
+		args := append([]string{"--no-print-directory", target, "ARTIFACTS_DIR=" + filepath.Dir(bins[name])}, vars...)
+		cmd := exec.CommandContext(ctx, "make", args...)
 		cmd.Dir = moduleRoot
 		cmd.Env = withoutMakeFlags(os.Environ())
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("make %s: %w\n%s", target, err, out)
+			return fmt.Errorf("make %s: %w\n%s", target, err, out)
 		}
-		bins[name] = filepath.Join(dir, "bootstrap")
+		return nil
+	}
+	if len(names) == 0 {
+		return bins, nil
+	}
+	if err := one(names[0]); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(names)-1)
+	var wg sync.WaitGroup
+	for i, name := range names[1:] {
+		wg.Go(func() { errs[i] = one(name) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return bins, nil
+}
+
+// Qemu is the user-mode emulator that runs a linux/arm64 bootstrap on another machine.
+const Qemu = "qemu-aarch64-static"
+
+// Arm64Runner is what runs a linux/arm64 bootstrap on this machine: nothing on linux/arm64,
+// elsewhere qemu-aarch64-static, named as the command with the bootstrap as its argument
+// (running the bootstrap itself would need a binfmt_misc handler, which a container cannot
+// register).
+func Arm64Runner() (string, error) {
+	if runtime.GOOS == "linux" && runtime.GOARCH == "arm64" {
+		return "", nil
+	}
+	p, err := exec.LookPath(Qemu)
+	if err != nil {
+		return "", fmt.Errorf("%s is not on PATH: on this %s/%s machine it is what runs the linux/arm64 bootstraps that deploy; "+
+			"install it (Debian/Ubuntu: apt-get install qemu-user-static)", Qemu, runtime.GOOS, runtime.GOARCH)
+	}
+	return p, nil
 }
 
 // withoutMakeFlags drops what an enclosing make (`make test`) hands its children: its
@@ -108,12 +158,23 @@ type Function struct {
 
 // Start runs the bootstrap under the emulator with env (the function's configuration).
 func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Function, error) {
+	return StartUnder(ctx, rie, "", bootstrap, name, env)
+}
+
+// StartUnder is Start with the emulator running `runner ./bootstrap` in the bootstrap's
+// directory, runner being what runs a bootstrap built for another machine (Arm64Runner); an
+// empty runner runs the bootstrap itself.
+func StartUnder(ctx context.Context, rie, runner, bootstrap, name string, env []string) (*Function, error) {
 	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
 	addr, api := addrs[0], addrs[1]
-	cmd := exec.CommandContext(ctx, rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", api, bootstrap)
+	command := []string{bootstrap}
+	if runner != "" {
+		command = []string{runner, "./" + filepath.Base(bootstrap)}
+	}
+	cmd := exec.CommandContext(ctx, rie, append([]string{"--runtime-interface-emulator-address", addr, "--runtime-api-address", api}, command...)...)
 	cmd.Dir = filepath.Dir(bootstrap)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "AWS_LAMBDA_FUNCTION_NAME=" + name,
 		"AWS_LAMBDA_FUNCTION_TIMEOUT=30", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256", "AWS_REGION=us-east-1"}, env...)

@@ -2,6 +2,7 @@ package emulator_test
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,32 +22,63 @@ import (
 
 var functions = []string{"submit", "query", "nodes", "result", "cancel", "reap", "migrate"}
 
+// bootstraps is one set of built functions and how the emulator runs them, built once per
+// test binary. The host's and the arm64 set build side by side when their tests run in parallel.
+type bootstraps struct {
+	build  func(ctx context.Context, moduleRoot, outDir string, names ...string) (map[string]string, error)
+	runner func() (string, error) // nil: the bootstraps run themselves
+
+	once sync.Once
+	dir  string // removed when the tests end
+	with string // the runner, "" for none
+	bins map[string]string
+	err  error
+}
+
 var (
-	buildOnce  sync.Once
-	rie        string
-	bootstraps map[string]string
-	buildErr   error
+	// host is built for this machine: the quick way to play every scenario.
+	host = &bootstraps{build: emulator.Build}
+	// arm64 is what `sam build` leaves and Lambda runs on Graviton, run here under qemu.
+	arm64 = &bootstraps{build: emulator.BuildDeployed, runner: emulator.Arm64Runner}
+
+	rieOnce sync.Once
+	rie     string
+	rieErr  error
 )
 
-// built installs the emulator and builds every bootstrap, once per test binary.
-func built(t *testing.T) (string, map[string]string) {
-	t.Helper()
-	buildOnce.Do(func() {
-		ctx := context.Background()
-		if rie, buildErr = emulator.Install(ctx); buildErr != nil {
-			return
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, b := range []*bootstraps{host, arm64} {
+		if b.dir != "" {
+			_ = os.RemoveAll(b.dir)
 		}
-		out, err := os.MkdirTemp("", "mediator-bootstraps-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		bootstraps, buildErr = emulator.Build(ctx, "../..", out, functions...)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
 	}
-	return rie, bootstraps
+	os.Exit(code)
+}
+
+// built installs the emulator and builds every bootstrap of b, once per test binary. A missing
+// runner fails before anything is built.
+func (b *bootstraps) built(t *testing.T) (string, map[string]string) {
+	t.Helper()
+	rieOnce.Do(func() { rie, rieErr = emulator.Install(context.Background()) })
+	if rieErr != nil {
+		t.Fatal(rieErr)
+	}
+	b.once.Do(func() {
+		if b.runner != nil {
+			if b.with, b.err = b.runner(); b.err != nil {
+				return
+			}
+		}
+		if b.dir, b.err = os.MkdirTemp("", "mediator-bootstraps-"); b.err != nil {
+			return
+		}
+		b.bins, b.err = b.build(context.Background(), "../..", b.dir, functions...)
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return rie, b.bins
 }
 
 // stack runs every function under its own emulator against one database.
@@ -55,12 +87,12 @@ type stack struct {
 	fns map[string]*emulator.Function
 }
 
-func startStack(t *testing.T, dbURL string, names ...string) *stack {
+func startStack(t *testing.T, b *bootstraps, dbURL string, names ...string) *stack {
 	t.Helper()
-	rie, bins := built(t)
+	rie, bins := b.built(t)
 	s := &stack{t: t, fns: map[string]*emulator.Function{}}
 	for _, name := range names {
-		f, err := emulator.Start(context.Background(), rie, bins[name], name, []string{"DATABASE_URL=" + dbURL, "LOG_LEVEL=info"})
+		f, err := emulator.StartUnder(context.Background(), rie, b.with, bins[name], name, []string{"DATABASE_URL=" + dbURL, "LOG_LEVEL=info"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,13 +183,13 @@ func TestDeployThenPlaceQueuePromoteRefuseUnderTheEmulator(t *testing.T) {
 	pool.Close()
 
 	// Before the migrate function has run, a function refuses to start.
-	early := startStack(t, dbURL, "query")
+	early := startStack(t, host, dbURL, "query")
 	if _, err := early.fns["query"].Invoke(ctx, event(t, "query", nil)); err == nil {
 		t.Fatalf("the query function served an unmigrated database:\n%s", early.fns["query"].Log())
 	}
 	waitLog(t, early.fns["query"], "run the migrate function")
 
-	s := startStack(t, dbURL, functions...)
+	s := startStack(t, host, dbURL, functions...)
 	out, err := s.fns["migrate"].Invoke(ctx, []byte("{}"))
 	if err != nil || !strings.Contains(string(out), fmt.Sprintf(`"schema_version":%d`, migrations.Latest())) {
 		t.Fatalf("migrate: %s %v", out, err)
@@ -233,6 +265,110 @@ func TestDeployThenPlaceQueuePromoteRefuseUnderTheEmulator(t *testing.T) {
 	if requests != 3 {
 		t.Errorf("submit logged %d request lines for three submits", requests)
 	}
+}
+
+// The bootstraps that deploy, as `make build-<LogicalId>` leaves them for `sam build` (static
+// linux/arm64), run under the emulator through qemu: the migrate function migrates and answers
+// the schema version, the query function's /healthz answers from a cold start, a heartbeat and
+// a submit write and read back, and result, cancel and reap serve one call each. Each
+// function's cold-start init time is recorded; under software emulation it says nothing about
+// Lambda's, only that init completes.
+func TestDeployedArm64BootstrapsUnderTheEmulator(t *testing.T) {
+	t.Parallel()
+	_, bins := arm64.built(t)
+	for _, name := range functions {
+		if err := staticArm64(bins[name]); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	dbURL := testdb.URL(t)
+	ctx := context.Background()
+	pool, err := store.Connect(ctx, store.PoolParams{URL: dbURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.MigrateDown(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+
+	s := startStack(t, arm64, dbURL, functions...)
+	out, err := s.fns["migrate"].Invoke(ctx, []byte("{}"))
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf(`"schema_version":%d`, migrations.Latest())) {
+		t.Fatalf("migrate: %s %v", out, err)
+	}
+
+	// /healthz is public: no authorizer, no credentials.
+	code, body := s.call("query", event(t, "query", func(ev *events.APIGatewayV2HTTPRequest) {
+		ev.RouteKey, ev.RequestContext.RouteKey = "GET /healthz", "GET /healthz"
+		ev.RawPath, ev.RequestContext.HTTP.Path = "/healthz", "/healthz"
+		ev.PathParameters, ev.RequestContext.Authorizer = nil, nil
+		delete(ev.Headers, "authorization")
+	}))
+	var health struct {
+		Status        string `json:"status"`
+		SchemaVersion uint   `json:"schema_version"`
+	}
+	if err := json.Unmarshal([]byte(body), &health); code != 200 || err != nil || health.Status != "ok" || health.SchemaVersion != migrations.Latest() {
+		t.Fatalf("healthz: %d %s", code, body)
+	}
+
+	if code, body := s.call("nodes", event(t, "nodes", nil)); code != 200 {
+		t.Fatalf("heartbeat: %d %s", code, body)
+	}
+	code, body = s.call("submit", event(t, "submit", withBody(map[string]any{
+		"run_id": "a", "needs": []string{"board=rpi4"}, "steps": []map[string]any{{"id": "test"}}})))
+	if a := runState(t, body); code != 201 || a.State != store.Running || a.Assigned["main"] != "rpi-a" {
+		t.Fatalf("submit a: %d %s", code, body)
+	}
+	if code, body := s.call("query", event(t, "query", onRun("a", nil))); code != 200 || runState(t, body).State != store.Running {
+		t.Fatalf("status a: %d %s", code, body)
+	}
+	// Result (with the epoch of the lease a heartbeat reports), cancel and reap serve one call
+	// each, so every deployed bootstrap has started here.
+	_, beat := s.call("nodes", event(t, "nodes", nil))
+	var hb struct {
+		Lease store.HeldLease `json:"lease"`
+	}
+	_ = json.Unmarshal([]byte(beat), &hb)
+	report := map[string]any{"node_id": "rpi-a", "boot_id": "boot-1", "epoch": hb.Lease.Epoch, "status": "started"}
+	if code, body := s.call("result", event(t, "result", onRun("a", report))); code != 200 {
+		t.Fatalf("a started: %d %s", code, body)
+	}
+	if code, body := s.call("cancel", event(t, "cancel", onRun("a", map[string]any{"reason": "done"}))); code != 202 && code != 200 {
+		t.Fatalf("cancel a: %d %s", code, body)
+	}
+	if out, err := s.fns["reap"].Invoke(ctx, mustRead(t, "reap")); err != nil || !strings.Contains(string(out), `"expired":0`) {
+		t.Fatalf("reap: %s %v", out, err)
+	}
+
+	for _, name := range functions {
+		d, err := s.fns[name].InitDuration(withLogTimeout(t))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("cold start (arm64 under qemu): %-8s init %v", name, d.Round(time.Millisecond))
+	}
+}
+
+// staticArm64 checks that a bootstrap is what provided.al2023 on arm64 runs: a 64-bit arm64
+// ELF executable with no dynamic loader to find.
+func staticArm64(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_AARCH64 || f.Type != elf.ET_EXEC {
+		return fmt.Errorf("%s is a %v %v %v, not a 64-bit arm64 executable", path, f.Class, f.Machine, f.Type)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			return fmt.Errorf("%s is dynamically linked", path)
+		}
+	}
+	return nil
 }
 
 // withLogTimeout bounds a wait for output that is already on its way (see WaitLog).

@@ -36,6 +36,7 @@ var freeForm = []string{
 	"#/components/schemas/Metadata",
 	"#/components/schemas/OpenAPIDocument/properties/info",
 	"#/components/schemas/OpenAPIDocument/properties/paths",
+	"#/components/schemas/OpenAPIDocument/properties/webhooks",
 	"#/components/schemas/OpenAPIDocument/properties/components",
 }
 

@@ -19,6 +19,14 @@ type Config struct {
 	Starvation      time.Duration // STARVATION_SECONDS
 	NodeRetireAfter time.Duration // NODE_RETIRE_AFTER_SECONDS
 	LogLevel        slog.Level    // LOG_LEVEL
+	// EventBusName is where run events are published; "" publishes nothing (they stay in
+	// each run's history).
+	EventBusName string // EVENT_BUS_NAME
+	// RetentionDays: the reaper deletes runs that ended longer ago; 0 keeps everything.
+	RetentionDays int // RUN_RETENTION_DAYS
+	// MaxClientPriority is the highest priority a client may give its runs; above it only
+	// admins may (0 to 100).
+	MaxClientPriority int // MAX_CLIENT_PRIORITY
 	// The IAM roles whose callers are admins and nodes, when API Gateway authorizes by IAM.
 	IAMAdminRole string // IAM_ADMIN_ROLE
 	IAMNodeRole  string // IAM_NODE_ROLE
@@ -82,14 +90,17 @@ func (c Config) CancelGrace() time.Duration { return c.LeaseTTL }
 func Load(getenv func(string) string) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		LeaseTTL:        r.seconds("LEASE_TTL_SECONDS", 60, 3, 86400),
-		MaxRunWidth:     r.integer("MAX_RUN_WIDTH", 16, 1, 64),
-		MaxBodyBytes:    r.integer("MAX_BODY_BYTES", 262144, 1024, 6*1024*1024),
-		Starvation:      r.seconds("STARVATION_SECONDS", 600, 1, 7*86400),
-		NodeRetireAfter: r.seconds("NODE_RETIRE_AFTER_SECONDS", 86400, 60, 365*86400),
-		LogLevel:        r.level("LOG_LEVEL"),
-		IAMAdminRole:    r.text("IAM_ADMIN_ROLE"),
-		IAMNodeRole:     r.text("IAM_NODE_ROLE"),
+		LeaseTTL:          r.seconds("LEASE_TTL_SECONDS", 60, 3, 86400),
+		MaxRunWidth:       r.integer("MAX_RUN_WIDTH", 16, 1, 64),
+		MaxBodyBytes:      r.integer("MAX_BODY_BYTES", 262144, 1024, 6*1024*1024),
+		Starvation:        r.seconds("STARVATION_SECONDS", 600, 1, 7*86400),
+		NodeRetireAfter:   r.seconds("NODE_RETIRE_AFTER_SECONDS", 86400, 60, 365*86400),
+		LogLevel:          r.level("LOG_LEVEL"),
+		EventBusName:      r.text("EVENT_BUS_NAME"),
+		RetentionDays:     r.integer("RUN_RETENTION_DAYS", 30, 0, 3650),
+		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
+		IAMAdminRole:      r.text("IAM_ADMIN_ROLE"),
+		IAMNodeRole:       r.text("IAM_NODE_ROLE"),
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),
 			SecretARN:        r.text("DB_SECRET_ARN"),

@@ -10,9 +10,45 @@ import (
 	"mediator/shared/store"
 )
 
-// Cancel serves POST /v1/runs/{run_id}/cancel.
+// Cancel serves the routes that change a live run from outside: POST /v1/runs/{run_id}/cancel,
+// and an admin's POST /v1/runs/{run_id}/priority.
 func Cancel(d startup.Deps) Handler {
-	return handler(d, map[string]endpoint{"POST /v1/runs/{run_id}/cancel": {serve: cancel}})
+	return handler(d, map[string]endpoint{
+		"POST /v1/runs/{run_id}/cancel":   {serve: cancel},
+		"POST /v1/runs/{run_id}/priority": {serve: setPriority},
+	})
+}
+
+// setPriority changes a queued run's priority (admins); the change is in the run's history, and
+// the queue is woken, since the run may now go before others.
+func setPriority(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	runID, err := c.pathID("run_id")
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	priority, errs := request.Priority(body)
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	res, err := c.d.Store.SetPriority(c.ctx, runID, priority)
+	if err != nil {
+		return reply{}, err
+	}
+	c.afterCommit([]string{runID}, res.CapacityAppeared)
+	if res.Run.State == store.Queued && res.CapacityAppeared {
+		// The answer says where it stands now, its own wake included.
+		if now, err := c.d.Store.GetRun(c.ctx, runID, c.viewer()); err == nil {
+			res.Run = now
+		}
+	}
+	return reply{http.StatusOK, runBody(res.Run)}, nil
 }
 
 // cancel: a QUEUED run is CANCELLED at once (200); a RUNNING one is asked to stop (202) and
@@ -40,9 +76,7 @@ func cancel(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if res.CapacityAppeared {
-		c.wake()
-	}
+	c.afterCommit([]string{runID}, res.CapacityAppeared)
 	if res.Settled {
 		return reply{http.StatusOK, runBody(res.Run)}, nil
 	}

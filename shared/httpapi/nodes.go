@@ -42,9 +42,7 @@ func heartbeat(c *call) (reply, error) {
 	if res.Lease != nil {
 		c.runID = res.Lease.RunID
 	}
-	if res.CapacityAppeared {
-		c.wake()
-	}
+	c.afterCommit(res.Runs, res.CapacityAppeared)
 	steps := res.Steps
 	if steps == nil {
 		steps = []store.NodeStep{}
@@ -68,9 +66,7 @@ func removeNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if res.CapacityAppeared {
-		c.wake()
-	}
+	c.afterCommit(res.Runs, res.CapacityAppeared)
 	return reply{http.StatusOK, map[string]any{"node_id": nodeID, "released": res.Released, "runs_failed": res.Unservable}}, nil
 }
 
@@ -104,9 +100,7 @@ func undrainNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	if res.CapacityAppeared {
-		c.wake(nodeID)
-	}
+	c.afterCommit(nil, res.CapacityAppeared, nodeID)
 	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
 }
 

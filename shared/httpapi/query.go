@@ -23,7 +23,7 @@ func Query(d startup.Deps) Handler {
 		"GET /healthz":          {public: true, serve: healthz},
 		"GET /v1/openapi.json":  {public: true, serve: openapiDoc},
 		"GET /v1/runs/{run_id}": {serve: getRun},
-		"GET /v1/runs":          {query: []string{"state", "limit", "after"}, serve: listRuns},
+		"GET /v1/runs":          {query: []string{"state", "priority", "limit", "after"}, serve: listRuns},
 		"GET /v1/queue":         {serve: queue},
 		"GET /v1/nodes":         {serve: listNodes},
 		"GET /v1/leases":        {serve: listLeases},
@@ -76,6 +76,13 @@ func listRuns(c *call) (reply, error) {
 	var errs []problem.FieldError
 	if p.State != "" && !slices.Contains(store.RunStates, p.State) {
 		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of " + strings.Join(store.RunStates, ", ")})
+	}
+	if raw, ok := q["priority"]; ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 || n > request.MaxPriority {
+			errs = append(errs, problem.FieldError{Path: "priority", Message: fmt.Sprintf("must be a whole number from 0 to %d", request.MaxPriority)})
+		}
+		p.Priority = &n
 	}
 	if raw, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(raw)

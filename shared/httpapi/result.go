@@ -52,11 +52,9 @@ func result(c *call) (reply, error) {
 	// the wake prefers it, and when the wake placed a run on it the answer hands the node that
 	// run, so a busy node goes from one run to the next without waiting for its next heartbeat.
 	// (A run another wake placed on it meanwhile comes with that heartbeat.)
-	if res.CapacityAppeared {
-		if woke := c.wake(p.NodeID); slices.Contains(woke.Placed, p.NodeID) {
-			if lease, steps, err := c.d.Store.NodeWork(c.ctx, p.NodeID, p.BootID); err == nil && lease != nil {
-				answer["next_run"] = map[string]any{"lease": lease, "steps": steps}
-			}
+	if woke := c.afterCommit([]string{runID}, res.CapacityAppeared, p.NodeID); slices.Contains(woke.Placed, p.NodeID) {
+		if lease, steps, err := c.d.Store.NodeWork(c.ctx, p.NodeID, p.BootID); err == nil && lease != nil {
+			answer["next_run"] = map[string]any{"lease": lease, "steps": steps}
 		}
 	}
 	return reply{http.StatusOK, answer}, nil

@@ -22,6 +22,7 @@ var Routes = []Route{
 	{"GET", "/v1/runs", "query"},
 	{"GET", "/v1/runs/{run_id}", "query"},
 	{"POST", "/v1/runs/{run_id}/cancel", "cancel"},
+	{"POST", "/v1/runs/{run_id}/priority", "cancel"},
 	{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", "result"},
 	{"PUT", "/v1/nodes/{node_id}", "nodes"},
 	{"DELETE", "/v1/nodes/{node_id}", "nodes"},

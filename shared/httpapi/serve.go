@@ -238,6 +238,19 @@ func (c *call) wake(prefer ...string) store.WakeResult {
 	return res
 }
 
+// afterCommit is what a write does once its own transaction committed: wake the queue when
+// the write made room (preferring the nodes it freed), then publish the events of the runs it
+// changed and of those the wake promoted, within about a second (what it cannot send, the
+// reaper does). Neither changes the answer: the client's request already succeeded.
+func (c *call) afterCommit(changed []string, madeRoom bool, prefer ...string) store.WakeResult {
+	var woke store.WakeResult
+	if madeRoom {
+		woke = c.wake(prefer...)
+	}
+	c.d.Publisher.Runs(c.ctx, append(changed, woke.Runs...)...)
+	return woke
+}
+
 // allow refuses (403) a principal of any other kind.
 func (c *call) allow(kinds ...auth.Kind) error {
 	for _, k := range kinds {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 
 	"mediator/shared/auth"
@@ -40,6 +41,9 @@ func submit(c *call) (reply, error) {
 	}
 	c.runID = run.RunID
 	run.Owner = c.who.Owner()
+	if run.Priority > c.d.Config.MaxClientPriority && !c.who.IsAdmin() {
+		return reply{}, problem.New(problem.Forbidden, fmt.Sprintf("a client's run may have a priority of at most %d; higher is for admins", c.d.Config.MaxClientPriority))
+	}
 	if dry {
 		v, err := c.d.Store.DryRun(c.ctx, run)
 		if err != nil {
@@ -56,7 +60,7 @@ func submit(c *call) (reply, error) {
 	// After the commit: a run queued at the moment another handler freed its node would
 	// otherwise be missed by both. A run queued only because older runs wait may be placed by
 	// this very wake, in its turn: then it is answered as placed.
-	if woke := c.wake(); res.Placeable && woke.Promoted > 0 {
+	if woke := c.afterCommit([]string{run.RunID}, true); res.Placeable && woke.Promoted > 0 {
 		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != store.Queued {
 			res.Outcome, res.Run = store.Placed, now
 		}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -68,20 +67,29 @@ func (t samTemplate) ofType(typ string) []string {
 	return ids
 }
 
-// routes maps each API route key to the logical id of the function its integration invokes.
+// routes maps each API route key to the logical id of the function whose HttpApi event
+// declares it. An event on another API than HttpApi is recorded under a key that names it, so
+// the comparison with the route table reports it.
 func (t samTemplate) routes() map[string]string {
 	out := map[string]string{}
-	target := regexp.MustCompile(`^integrations/\$\{(\w+)\}$`)
-	for _, id := range t.ofType("AWS::ApiGatewayV2::Route") {
-		key := get(t.resources[id], "Properties", "RouteKey").Value
-		m := target.FindStringSubmatch(get(t.resources[id], "Properties", "Target").Value)
-		fn := ""
-		if m != nil {
-			if uri := get(t.resources[m[1]], "Properties", "IntegrationUri"); uri != nil && uri.Tag == "!GetAtt" {
-				fn = strings.TrimSuffix(uri.Value, ".Arn")
+	for _, id := range t.ofType("AWS::Serverless::Function") {
+		events := get(t.resources[id], "Properties", "Events")
+		for i := 0; events != nil && i+1 < len(events.Content); i += 2 {
+			ev := events.Content[i+1]
+			if v := get(ev, "Type"); v == nil || v.Value != "HttpApi" {
+				continue
 			}
+			method, path := get(ev, "Properties", "Method"), get(ev, "Properties", "Path")
+			if method == nil || path == nil {
+				out[id+" event "+events.Content[i].Value+" without Method and Path"] = id
+				continue
+			}
+			key := strings.ToUpper(method.Value) + " " + path.Value
+			if api := get(ev, "Properties", "ApiId"); api == nil || api.Tag != "!Ref" || api.Value != "HttpApi" {
+				key += " (not on HttpApi)"
+			}
+			out[key] = id
 		}
-		out[key] = fn
 	}
 	return out
 }
@@ -132,7 +140,7 @@ func TestTemplateRoutesMatchTheRouteTable(t *testing.T) {
 }
 
 // Every function runs as a provided.al2023 arm64 bootstrap, built from functions/<name> by the
-// Makefile target SAM's makefile builder calls, and may reach the database.
+// Makefile target SAM's makefile builder calls, and may reach the database and the event bus.
 func TestTemplateFunctionsHaveCode(t *testing.T) {
 	t.Parallel()
 	tpl := loadTemplate(t)
@@ -158,8 +166,10 @@ func TestTemplateFunctionsHaveCode(t *testing.T) {
 			t.Errorf("%s: no functions/%s/main.go", id, name)
 		}
 		policies := get(tpl.resources[id], "Properties", "Policies")
-		if policies == nil || !slices.ContainsFunc(policies.Content, refersTo("DatabaseAccessPolicy")) {
-			t.Errorf("%s: its Policies do not include the DatabaseAccessPolicy", id)
+		for _, p := range []string{"DatabaseAccessPolicy", "EventsPolicy"} {
+			if policies == nil || !slices.ContainsFunc(policies.Content, refersTo(p)) {
+				t.Errorf("%s: its Policies do not include the %s", id, p)
+			}
 		}
 	}
 

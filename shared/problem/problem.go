@@ -21,6 +21,7 @@ const (
 	NotRunnable          = "not_runnable"
 	ResultConflict       = "result_conflict"
 	RunNotLive           = "run_not_live"
+	RunNotQueued         = "run_not_queued"
 	PayloadTooLarge      = "payload_too_large"
 	UnsupportedMediaType = "unsupported_media_type"
 	Internal             = "internal"
@@ -40,6 +41,7 @@ var table = map[string]struct {
 	NotRunnable:          {http.StatusConflict, "The step cannot take this report in its current state"},
 	ResultConflict:       {http.StatusConflict, "The report conflicts with what the step already recorded"},
 	RunNotLive:           {http.StatusConflict, "The run has already finished"},
+	RunNotQueued:         {http.StatusConflict, "The run is not queued"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "The request, or a field of it, is too large"},
 	UnsupportedMediaType: {http.StatusUnsupportedMediaType, "The body must be JSON"},
 	Internal:             {http.StatusInternalServerError, "Something went wrong on our side"},

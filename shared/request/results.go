@@ -114,6 +114,21 @@ func outputs(o *object, status string, prev *problem.Problem) (map[string]string
 	return out, prev
 }
 
+// Priority decodes POST /v1/runs/{run_id}/priority: {"priority": 0..100}.
+func Priority(body []byte) (int, []problem.FieldError) {
+	var errs []problem.FieldError
+	o := root(body, &errs)
+	if o == nil {
+		return 0, errs
+	}
+	if v, ok := o.m["priority"]; !ok || v == nil {
+		o.fail("priority", "is required")
+	}
+	priority, _ := o.integer("priority", 0, 0, MaxPriority)
+	o.done()
+	return int(priority), errs
+}
+
 // Cancel decodes POST /v1/runs/{run_id}/cancel: {"reason", "force"}, both optional; an empty
 // body is a plain cancel.
 func Cancel(body []byte) (reason string, force bool, errs []problem.FieldError) {

@@ -23,6 +23,9 @@ const (
 	MaxTimeout    = 7 * 86400
 	MaxQueueWait  = 30 * 86400
 	shorthandRole = "main"
+	// DefaultPriority is a run's priority unless it says otherwise; MaxPriority the highest.
+	DefaultPriority = 50
+	MaxPriority     = 100
 )
 
 var (
@@ -42,6 +45,8 @@ func Submit(body []byte) (store.NewRun, []problem.FieldError) {
 	}
 	var r store.NewRun
 	r.RunID = id(o, "run_id")
+	priority, _ := o.integer("priority", DefaultPriority, 0, MaxPriority)
+	r.Priority = int(priority)
 	r.Roles = roles(o)
 	r.Steps = steps(o, r.Roles)
 	maxAttempts, _ := o.integer("max_attempts", 1, 1, MaxAttempts)
@@ -308,7 +313,14 @@ func optionalInt(o *object, key string, maxValue int64) *int {
 
 // hashRun is the fingerprint of a submission: the same request again (in any key order, with
 // the shorthand or without) hashes the same; any difference in what would run does not.
+//
+// The priority counts only when it is not the default, so that a run stored before runs had a
+// priority still answers 200 to the same request again.
 func hashRun(r store.NewRun) []byte {
+	var priority *int
+	if r.Priority != DefaultPriority {
+		priority = &r.Priority
+	}
 	canonical, _ := json.Marshal(struct {
 		RunID     string
 		Roles     []store.NewRole
@@ -318,7 +330,8 @@ func hashRun(r store.NewRun) []byte {
 		QueueWait *int
 		Wait      bool
 		Meta      json.RawMessage
-	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata})
+		Priority  *int `json:",omitempty"`
+	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata, priority})
 	sum := sha256.Sum256(canonical)
 	return sum[:]
 }

@@ -12,12 +12,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/jackc/pgx/v5"
 
 	"mediator/migrations"
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/dbcreds"
+	"mediator/shared/publish"
 	"mediator/shared/store"
 )
 
@@ -28,6 +30,8 @@ type Deps struct {
 	Config config.Config
 	Log    *slog.Logger
 	Roles  auth.IAMRoles
+	// Publisher sends run events to EventBridge; nil when EVENT_BUS_NAME is empty.
+	Publisher *publish.Publisher
 }
 
 // Init prepares a function that serves requests: it refuses to start when the database's
@@ -56,9 +60,27 @@ func open(name string) Deps {
 	if err != nil {
 		exit(name, err)
 	}
-	return Deps{Store: st, Config: cfg, Log: log, Roles: auth.IAMRoles{
+	pub, err := Publisher(ctx, cfg, st, log)
+	if err != nil {
+		exit(name, err)
+	}
+	return Deps{Store: st, Config: cfg, Log: log, Publisher: pub, Roles: auth.IAMRoles{
 		AdminRole: cfg.IAMAdminRole, NodeRole: cfg.IAMNodeRole,
 	}}
+}
+
+// Publisher is the run events' publisher when EVENT_BUS_NAME names a bus, else nil. Its
+// EventBridge client takes the default AWS configuration, endpoint included
+// (AWS_ENDPOINT_URL_EVENTBRIDGE points it at a local stand-in).
+func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (*publish.Publisher, error) {
+	if cfg.EventBusName == "" {
+		return nil, nil
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("EVENT_BUS_NAME is set, but the AWS configuration cannot be loaded: %w", err)
+	}
+	return publish.New(eventbridge.NewFromConfig(awsCfg), cfg.EventBusName, st, log), nil
 }
 
 // OpenStore connects with the configured credentials and the store's settings. A tracer, if
@@ -82,12 +104,13 @@ func OpenStore(ctx context.Context, cfg config.Config, app string, log *slog.Log
 // Settings are the store's view of the configuration.
 func Settings(cfg config.Config) store.Settings {
 	return store.Settings{
-		LeaseTTL:    cfg.LeaseTTL,
-		AdvertTTL:   cfg.AdvertTTL(),
-		CancelGrace: cfg.CancelGrace(),
-		Starvation:  cfg.Starvation,
-		RetireAfter: cfg.NodeRetireAfter,
-		MaxRunWidth: cfg.MaxRunWidth,
+		LeaseTTL:      cfg.LeaseTTL,
+		AdvertTTL:     cfg.AdvertTTL(),
+		CancelGrace:   cfg.CancelGrace(),
+		Starvation:    cfg.Starvation,
+		RetireAfter:   cfg.NodeRetireAfter,
+		MaxRunWidth:   cfg.MaxRunWidth,
+		RetentionDays: cfg.RetentionDays,
 	}
 }
 

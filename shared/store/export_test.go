@@ -96,9 +96,10 @@ func (s *Store) ReportAfter(ctx context.Context, p ReportParams, sql string) (Re
 // RuleSQL expands a statement written for a test with the store's fragments and constants.
 func RuleSQL(text string) string { return dynamic("test", text).sql }
 
-// QueueBefore is the wake's Go queue order.
-func QueueBefore(aID string, aAt time.Time, bID string, bAt time.Time) bool {
-	return head{RunID: aID, CreatedAt: aAt}.before(head{RunID: bID, CreatedAt: bAt})
+// QueueBefore is the wake's Go order of two heads, neither protected unless said.
+func QueueBefore(aID string, aAt time.Time, aRank int, aProtected bool, bID string, bAt time.Time, bRank int, bProtected bool) bool {
+	return head{RunID: aID, CreatedAt: aAt, QueueRank: aRank, Protected: aProtected}.before(
+		head{RunID: bID, CreatedAt: bAt, QueueRank: bRank, Protected: bProtected})
 }
 
 // NeedKey is a role's needs as one string.

@@ -29,41 +29,47 @@ type RemoveResult struct {
 	// CapacityAppeared: leases were released, or a failed run was a starving one whose
 	// protection kept nodes from younger runs. The caller wakes the queue exactly then.
 	CapacityAppeared bool `json:"-"`
+	// Runs are the runs that lost the node (their events are the caller's to publish).
+	Runs []string `json:"-"`
 }
 
 // RemoveNode takes a node out of the fleet. A run holding it loses it (reason node_removed);
 // then the queued runs no remaining node could serve fail.
 func (s *Store) RemoveNode(ctx context.Context, nodeID string) (RemoveResult, error) {
-	released, err := inTx(ctx, s, func(tx pgx.Tx) (int, error) {
+	lost, err := inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
 		var epoch *int64
 		if err := removeNodeLockStmt.queryRow(ctx, tx, nodeID).Scan(&epoch); err != nil {
-			return 0, err
+			return lostRun{}, err
 		}
-		released := 0
+		var lost lostRun
 		if epoch != nil {
-			_, n, err := s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: ReasonNodeRemoved})
-			if err != nil {
-				return 0, err
+			var err error
+			if lost, err = s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: ReasonNodeRemoved}); err != nil {
+				return lostRun{}, err
 			}
-			released = n
 		}
 		tag, err := removeNodeStmt.exec(ctx, tx, nodeID)
 		if err == nil && tag.RowsAffected() == 0 {
-			return 0, ErrNotFound
+			return lostRun{}, ErrNotFound
 		}
-		return released, err
+		return lost, err
 	})
 	if err != nil {
 		return RemoveResult{}, err
 	}
+	released := lost.released
 	// The removal is committed: from here a failure must not turn the answer into an error.
 	// The runs left unfailed are failed by the next removal or retirement.
 	unservable, err := s.failUnservable(ctx)
 	if err != nil {
 		s.log.Warn("failing unservable runs after a node's removal", "node_id", nodeID, "error", err.Error())
 	}
-	return RemoveResult{Released: released, Unservable: unservable.runs,
-		CapacityAppeared: released > 0 || unservable.madeRoom()}, nil
+	res := RemoveResult{Released: released, Unservable: unservable.runs,
+		CapacityAppeared: released > 0 || unservable.madeRoom()}
+	if lost.lost {
+		res.Runs = []string{lost.runID}
+	}
+	return res, nil
 }
 
 // reapRetired is the reaper's step 6: nodes silent past NODE_RETIRE_AFTER leave the fleet,

@@ -32,26 +32,33 @@ var (
 )
 
 // loseLease makes a run lose one of its nodes, if the lease is still the one the decision
-// was about. It returns whether that lease went and how many leases were released in all:
-// nothing, when another writer (a renewal, a second reaper, a settle) got there first, which
-// is not an error.
-func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost bool, released int, err error) {
+// was about. Nothing happens when another writer (a renewal, a second reaper, a settle) got
+// there first, which is not an error.
+func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost lostRun, err error) {
 	lock := loseLockRunStmt
 	if l.SkipLocked {
 		lock = loseLockRunSkipLockedStmt
 	}
-	var runID string
-	err = lock.queryRow(ctx, tx, l.NodeID, l.Epoch).Scan(&runID)
+	err = lock.queryRow(ctx, tx, l.NodeID, l.Epoch).Scan(&lost.runID)
 	if errors.Is(err, ErrNotFound) {
-		return false, 0, nil
+		return lostRun{}, nil
 	}
 	if err != nil {
-		return false, 0, err
+		return lostRun{}, err
 	}
 	var n, others int
 	err = loseLeaseStmt.queryRow(ctx, tx, named{
 		"node_id": l.NodeID, "epoch": l.Epoch, "reason": l.Reason,
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
 	}).Scan(&n, &others)
-	return n == 1, n + others, err
+	lost.lost, lost.released = n == 1, n+others
+	return lost, err
+}
+
+// lostRun is what loseLease did: whether the lease went, how many leases were released in
+// all, and the run they were the run of.
+type lostRun struct {
+	runID    string
+	lost     bool
+	released int
 }

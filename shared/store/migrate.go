@@ -16,8 +16,15 @@ import (
 
 // Migrate applies every migration of migrations.FS that the database does not have yet and
 // returns the schema version it is at. Already current is success, not an error.
+//
+// A schema ahead of this build — a rollback to the previous release, whose migrations stop
+// short of the database's — is left as it is: migrations only expand, so the previous code runs
+// on the newer schema, and going down would drop what the newer code wrote.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 	return withMigrator(pool, func(m *migrate.Migrate) error {
+		if v, dirty, err := m.Version(); err == nil && !dirty && v > migrations.Latest() {
+			return nil
+		}
 		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 			return err
 		}

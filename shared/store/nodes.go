@@ -31,6 +31,9 @@ type HeartbeatResult struct {
 	CapacityAppeared bool
 	// Released is how many leases the restart released (the lost node's and its run-mates').
 	Released int
+	// Runs are the runs that lost the node to its restart (their events are the caller's to
+	// publish).
+	Runs []string
 }
 
 // HeldLease is the node's lease as the node sees it.
@@ -109,14 +112,16 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 			return HeartbeatResult{}, err
 		}
 		released, own := 0, 0
+		var runs []string
 		for _, l := range stale {
-			lost, n, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
+			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
 			if err != nil {
 				return HeartbeatResult{}, err
 			}
-			released += n
-			if lost {
+			released += lost.released
+			if lost.lost {
 				own++
+				runs = append(runs, lost.runID)
 			}
 		}
 		res, restarted, err := scanHeartbeat(heartbeatStmt.queryRow(ctx, tx, args))
@@ -128,7 +133,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 			// promotion reading the old advert could do that. Let the caller retry.
 			return HeartbeatResult{}, ErrRetry
 		}
-		res.Released = released
+		res.Released, res.Runs = released, runs
 		// The run-mates' nodes are free to take work whatever this node says (this node, by
 		// its new boot, as scanHeartbeat judged). Judged by this node alone, a restart that came
 		// back draining left its run-mates idle beside the queue.

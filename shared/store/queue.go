@@ -20,9 +20,17 @@ type QueueEntry struct {
 	Queued            int        `json:"queued"`
 	OldestRunID       string     `json:"oldest_run_id,omitempty"` // only to its owner and admins
 	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
-	CapableNodes      int        `json:"capable_nodes"`
-	AvailableNodes    int        `json:"available_nodes"`
-	PlaceableNow      bool       `json:"placeable_now"`
+	// Priorities are how many wait at each priority, highest first.
+	Priorities     []PriorityCount `json:"priorities"`
+	CapableNodes   int             `json:"capable_nodes"`
+	AvailableNodes int             `json:"available_nodes"`
+	PlaceableNow   bool            `json:"placeable_now"`
+}
+
+// PriorityCount is how many queued runs of one kind have one priority.
+type PriorityCount struct {
+	Priority int `json:"priority"`
+	Queued   int `json:"queued"`
 }
 
 // Queue summarises the queue by needs signature, oldest first, as v may see it: every client
@@ -37,7 +45,7 @@ func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
 	for rows.Next() {
 		var e QueueEntry
 		var shape, owner string
-		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner); err != nil {
+		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner, &e.Priorities); err != nil {
 			rows.Close()
 			return nil, queueViewStmt.fail(err)
 		}

@@ -22,6 +22,10 @@ type ReapSummary struct {
 	// OutageGrace counts the leases given a fresh TTL because the system, not their nodes,
 	// could accept no heartbeat for longer than a lease (see reapOutageGrace).
 	OutageGrace int `json:"outage_grace"`
+	// Pruned counts the runs deleted past RUN_RETENTION_DAYS.
+	Pruned int `json:"pruned"`
+	// Published counts the events the reap's publisher sent (upkeep fills it in).
+	Published int `json:"published"`
 	// Unfinished: the sweep stopped for the invocation's deadline; the next one goes on.
 	Unfinished bool `json:"unfinished,omitempty"`
 	// Walked is how many queued runs the wake considered (not part of the summary's JSON).
@@ -74,7 +78,43 @@ func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 		sum.Stranded = wake.Promoted
 		s.log.Warn("stranded_runs_recovered", "count", wake.Promoted)
 	}
-	return sum, nil
+	// 7: retention, last: nothing waits on it.
+	return sum, s.prune(ctx, &sum)
+}
+
+var (
+	pruneSwitchStmt = stmt("prune_switch")
+	pruneRunsStmt   = stmt("prune_runs")
+)
+
+// pruneBatch bounds each transaction that deletes runs past retention.
+const pruneBatch = 500
+
+// prune deletes runs that ended more than RUN_RETENTION_DAYS ago, a batch per transaction,
+// until none is due or the invocation's deadline nears. A run_id pruned may be used again.
+func (s *Store) prune(ctx context.Context, sum *ReapSummary) error {
+	if s.set.RetentionDays <= 0 {
+		return nil
+	}
+	for inTime(ctx) {
+		n, err := inTx(ctx, s, func(tx pgx.Tx) (int, error) {
+			if _, err := pruneSwitchStmt.exec(ctx, tx); err != nil {
+				return 0, err
+			}
+			var n int
+			err := pruneRunsStmt.queryRow(ctx, tx, named{"days": s.set.RetentionDays, "batch": pruneBatch}).Scan(&n)
+			return n, err
+		})
+		if err != nil {
+			return err
+		}
+		sum.Pruned += n
+		if n < pruneBatch {
+			return nil
+		}
+	}
+	sum.Unfinished = true
+	return nil
 }
 
 // inTime reports whether the invocation has time for another batch.
@@ -143,15 +183,10 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 
 // reapLease is one expired lease's transaction.
 func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
-	type outcome struct {
-		lost     bool
-		released int
-	}
-	o, err := inTx(ctx, s, func(tx pgx.Tx) (outcome, error) {
-		lost, released, err := s.loseLease(ctx, tx, lostLease{
+	o, err := inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
+		return s.loseLease(ctx, tx, lostLease{
 			leaseRef: l, Reason: ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
 		})
-		return outcome{lost, released}, err
 	})
 	return o.lost, o.released, err
 }

@@ -40,18 +40,22 @@ func TestQueueOrderInGoIsTheQueueOrderInSQL(t *testing.T) {
 	type head struct {
 		RunID     string
 		CreatedAt time.Time
+		Priority  int
 	}
-	before := func(a, b head) bool { return store.QueueBefore(a.RunID, a.CreatedAt, b.RunID, b.CreatedAt) }
+	// The queue's own column: queue_rank = 100 - priority (migration 0009).
+	before := func(a, b head) bool {
+		return store.QueueBefore(a.RunID, a.CreatedAt, 100-a.Priority, false, b.RunID, b.CreatedAt, 100-b.Priority, false)
+	}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var heads []head
 	for i, id := range trickyIDs {
-		heads = append(heads, head{RunID: id, CreatedAt: base.Add(time.Duration(i%3) * time.Microsecond)})
+		heads = append(heads, head{RunID: id, CreatedAt: base.Add(time.Duration(i%3) * time.Microsecond), Priority: []int{50, 90, 0}[i%5%3]})
 	}
 	rows := make([]string, len(heads))
 	for i, h := range heads {
-		rows[i] = fmt.Sprintf("('%s', timestamptz '%s')", h.RunID, h.CreatedAt.Format(time.RFC3339Nano))
+		rows[i] = fmt.Sprintf("('%s', timestamptz '%s', %d)", h.RunID, h.CreatedAt.Format(time.RFC3339Nano), 100-h.Priority)
 	}
-	inSQL := strings1(t, conn, store.RuleSQL(`/* test */ SELECT r.run_id FROM (VALUES `+strings.Join(rows, ", ")+`) r(run_id, created_at) ORDER BY {{queue_order r}}`))
+	inSQL := strings1(t, conn, store.RuleSQL(`/* test */ SELECT r.run_id FROM (VALUES `+strings.Join(rows, ", ")+`) r(run_id, created_at, queue_rank) ORDER BY {{queue_order r}}`))
 	sort.Slice(heads, func(i, j int) bool { return before(heads[i], heads[j]) })
 	var inGo []string
 	for _, h := range heads {
@@ -61,12 +65,12 @@ func TestQueueOrderInGoIsTheQueueOrderInSQL(t *testing.T) {
 		t.Fatalf("queue order\n in Go:  %v\n in SQL: %v", inGo, inSQL)
 	}
 	// ahead is the same order.
-	ahead := store.RuleSQL(`/* test */ SELECT {{ahead q r}} FROM (SELECT $1::timestamptz AS created_at, $2::text AS run_id) q,
-		(SELECT $3::timestamptz AS created_at, $4::text AS run_id) r`)
+	ahead := store.RuleSQL(`/* test */ SELECT {{ahead q r}} FROM (SELECT $1::timestamptz AS created_at, $2::text AS run_id, $3::int AS queue_rank) q,
+		(SELECT $4::timestamptz AS created_at, $5::text AS run_id, $6::int AS queue_rank) r`)
 	for _, a := range heads {
 		for _, b := range heads {
 			var got bool
-			if err := conn.QueryRow(context.Background(), ahead, a.CreatedAt, a.RunID, b.CreatedAt, b.RunID).Scan(&got); err != nil {
+			if err := conn.QueryRow(context.Background(), ahead, a.CreatedAt, a.RunID, 100-a.Priority, b.CreatedAt, b.RunID, 100-b.Priority).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			if got != before(a, b) {
@@ -183,4 +187,24 @@ func strings1(t *testing.T, conn *pgx.Conn, sql string, args ...any) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Protected heads go first, in arrival order among themselves, whatever their priorities.
+func TestProtectedHeadsGoFirstInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	oldLow := func() (string, time.Time, int, bool) { return "old-low", base, 100, true }
+	olderLow := func() (string, time.Time, int, bool) { return "older-low", base.Add(-time.Hour), 100, true }
+	newUrgent := func() (string, time.Time, int, bool) { return "new-urgent", base.Add(time.Hour), 0, false }
+	before := func(a, b func() (string, time.Time, int, bool)) bool {
+		ai, at, ar, ap := a()
+		bi, bt, br, bp := b()
+		return store.QueueBefore(ai, at, ar, ap, bi, bt, br, bp)
+	}
+	if !before(oldLow, newUrgent) || before(newUrgent, oldLow) {
+		t.Error("a protected low-priority run does not go before a newer urgent one")
+	}
+	if !before(olderLow, oldLow) || before(oldLow, olderLow) {
+		t.Error("among protected runs, arrival does not decide")
+	}
 }

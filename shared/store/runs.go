@@ -49,7 +49,7 @@ func scanRun(row pgx.Row) (Run, error) {
 		NodeID string   `json:"node_id"`
 	}
 	var position *int
-	if err := row.Scan(&r.RunID, &r.owner, &r.State, &r.Reason, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
+	if err := row.Scan(&r.RunID, &r.owner, &r.State, &r.Reason, &r.Priority, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
 		&r.StartedAt, &r.FinishedAt, &r.CancelRequestedAt, &r.CancelReason, &r.TimeoutSeconds,
 		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &roles, &r.Steps, &position); err != nil {
 		return Run{}, err
@@ -72,8 +72,10 @@ func scanRun(row pgx.Row) (Run, error) {
 type ListRunsParams struct {
 	Viewer Viewer
 	State  string // "" for every state
-	Limit  int
-	After  *Cursor
+	// Priority, when set, lists only runs of that priority.
+	Priority *int
+	Limit    int
+	After    *Cursor
 }
 
 // Cursor is the keyset position of the last run of a page.
@@ -92,11 +94,11 @@ WITH page AS MATERIALIZED (
     SELECT {{run_fields r}} FROM runs r%s
     ORDER BY {{newest_first r}} LIMIT @limit
 ), queued AS (
-    SELECT * FROM page q WHERE q.state = {{QUEUED}}
+    SELECT q.* FROM runs q WHERE q.run_id IN (SELECT run_id FROM page WHERE state = {{QUEUED}})
 ), lo AS (
-    SELECT q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}} LIMIT 1
+    SELECT q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}} LIMIT 1
 ), hi AS (
-    SELECT q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}}
+    SELECT q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}}
     OFFSET (SELECT count(*) - 1 FROM queued) LIMIT 1
 ), ahead AS (
     SELECT count(*) AS n FROM runs q, lo WHERE q.state = {{QUEUED}} AND {{ahead q lo}}
@@ -122,6 +124,9 @@ func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor,
 	}
 	if p.State != "" {
 		where, args["state"] = append(where, "r.state = @state"), p.State
+	}
+	if p.Priority != nil {
+		where, args["priority"] = append(where, "r.priority = @priority::smallint"), *p.Priority
 	}
 	if p.After != nil {
 		where = append(where, "{{listed_after r}}")

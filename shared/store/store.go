@@ -32,7 +32,7 @@ type Store struct {
 	set  Settings
 	log  *slog.Logger
 	// The wake's statements that read heads, with this store's starvation bound written in.
-	wakeStart, wakeNextOfShape statement
+	wakeStart, wakeNextOfShape, wakePromoteProtected statement
 }
 
 // Settings are the durations and limits the store decides by. The store takes them as given;
@@ -44,6 +44,8 @@ type Settings struct {
 	Starvation  time.Duration
 	RetireAfter time.Duration
 	MaxRunWidth int
+	// RetentionDays: runs that ended longer ago are deleted by the reaper; 0 keeps them all.
+	RetentionDays int
 }
 
 // PoolParams say how to connect.
@@ -107,7 +109,8 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 		log = slog.Default()
 	}
 	return &Store{pool: pool, set: set, log: log,
-		wakeStart: withStarvation(wakeStart, set.Starvation), wakeNextOfShape: withStarvation(wakeNextOfShape, set.Starvation)}
+		wakeStart: withStarvation(wakeStart, set.Starvation), wakeNextOfShape: withStarvation(wakeNextOfShape, set.Starvation),
+		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation)}
 }
 
 // Pool is the underlying pool, for what has no method here: the tests' and the benchmarks'

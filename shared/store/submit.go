@@ -23,6 +23,7 @@ var (
 type NewRun struct {
 	RunID               string
 	Owner               string // set by the handler from the principal
+	Priority            int    // 0 to 100, higher first
 	RequestHash         []byte
 	Roles               []NewRole // sorted by name
 	Steps               []NewStep // in request order
@@ -265,7 +266,7 @@ type storedRun struct {
 // view is the run as stored — the same shape GetRun reads (a test holds the two together).
 func (st storedRun) view(run NewRun) Run {
 	r := Run{
-		RunID: run.RunID, State: st.state, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
+		RunID: run.RunID, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
 		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
 		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
 		Roles: map[string]Role{}, owner: run.Owner,
@@ -314,7 +315,7 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 	stored := storedRun{reason: reason, assigned: assigned}
 	err = submitInsertStmt.queryRow(ctx, s.pool, named{
 		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles),
-		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "request_hash": run.RequestHash,
+		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "priority": run.Priority, "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
 		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),

@@ -50,6 +50,7 @@ type Run struct {
 	RunID               string            `json:"run_id"`
 	State               string            `json:"state"`
 	Reason              *string           `json:"reason"`
+	Priority            int               `json:"priority"` // 0 to 100, higher first
 	Attempt             int               `json:"attempt"`
 	MaxAttempts         int               `json:"max_attempts"`
 	CreatedAt           time.Time         `json:"created_at"`

@@ -28,6 +28,8 @@ type WakeResult struct {
 	// Placed are the nodes this wake leased, so a caller can hand a node it freed its next
 	// run without asking the database whether there is one.
 	Placed []string
+	// Runs are the runs it promoted (their events are the caller's to publish).
+	Runs []string
 }
 
 // startNodes bounds the available nodes wake_start reads; perNeed is the least wake_free_by_need
@@ -78,6 +80,8 @@ var (
 	wakeNextOfShape = stmt("wake_next_of_shape")
 	wakeFreeByNeed  = stmt("wake_free_by_need")
 	wakePromote     = stmt("wake_promote")
+	// wakePromoteProtected reads the starvation bound: Store.New writes it in.
+	wakePromoteProtected = stmt("wake_promote_protected")
 )
 
 // starvationParam is where protected (sql/rules.sql) reads the starvation bound.
@@ -102,6 +106,7 @@ type head struct {
 	RunID     string
 	Shape     string
 	CreatedAt time.Time
+	QueueRank int // 100 - priority: the queue orders by it first
 	Protected bool
 	Roles     []match.Role
 }
@@ -183,6 +188,7 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 		}
 		res.Promoted++
 		h = placed.head // go on behind the run actually placed
+		res.Runs = append(res.Runs, h.RunID)
 		for _, node := range assigned {
 			free.remove(node)
 			res.Placed = append(res.Placed, node)
@@ -212,15 +218,16 @@ func (s *Store) start(ctx context.Context) (heads []head, avail []AvailableNode,
 			id        string
 			shape     *string
 			createdAt *time.Time
+			rank      *int
 			protected *bool
 			roles     []match.Role
 			labels    []string
 		)
-		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &protected, &roles, &labels); err != nil {
+		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels); err != nil {
 			return nil, nil, s.wakeStart.fail(err)
 		}
 		if isHead {
-			heads = append(heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, Protected: *protected, Roles: roles})
+			heads = append(heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles})
 		} else {
 			avail = append(avail, AvailableNode{NodeID: id, Labels: labels})
 		}
@@ -283,10 +290,15 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 		runID     *string
 		createdAt *time.Time
 	)
-	err := wakePromote.queryRow(ctx, s.pool, named{
-		"shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID,
+	promote := wakePromote
+	if h.Protected {
+		promote = s.wakePromoteProtected
+	}
+	var rank *int
+	err := promote.queryRow(ctx, s.pool, named{
+		"head_shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID, "head_queue_rank": h.QueueRank,
 		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&had, &runID, &createdAt)
+	}).Scan(&had, &runID, &createdAt, &rank)
 	switch {
 	case errors.Is(err, ErrNodeTaken):
 		return promotion{head: h}, nodesChanged, nil
@@ -298,7 +310,7 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 		return promotion{head: h}, runsTaken, nil
 	}
 	placed := h
-	placed.RunID, placed.CreatedAt = *runID, *createdAt
+	placed.RunID, placed.CreatedAt, placed.QueueRank = *runID, *createdAt, *rank
 	return promotion{head: placed}, promoted, nil
 }
 
@@ -330,9 +342,7 @@ type promotion struct {
 }
 
 func (s *Store) nextOfShape(ctx context.Context, h head) (head, bool, error) {
-	rows, err := s.wakeNextOfShape.query(ctx, s.pool, named{
-		"shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID,
-	})
+	rows, err := s.wakeNextOfShape.query(ctx, s.pool, named{"head_shape": h.Shape})
 	if err != nil {
 		return head{}, false, err
 	}
@@ -343,13 +353,19 @@ func (s *Store) nextOfShape(ctx context.Context, h head) (head, bool, error) {
 	return next, err == nil, s.wakeNextOfShape.fail(err)
 }
 
-// before says whether h is ahead of o in the queue: the Go twin of sql/rules.sql's
+// before says whether the wake takes h before o: protected runs first, in arrival order among
+// themselves, then queue order — the Go twin of sql/rules.sql's protected, arrival and
 // queue_order (TestQueueOrderInGoIsTheQueueOrderInSQL). run_id compares as bytes, as the
 // database's C collation does (make dev's and the tests'); under another collation only runs
 // of different shapes created in the same microsecond could be walked in another order than
 // queue_position counts them, which is no promise either way.
 func (h head) before(o head) bool {
-	if !h.CreatedAt.Equal(o.CreatedAt) {
+	switch {
+	case h.Protected != o.Protected:
+		return h.Protected
+	case !h.Protected && h.QueueRank != o.QueueRank:
+		return h.QueueRank < o.QueueRank
+	case !h.CreatedAt.Equal(o.CreatedAt):
 		return h.CreatedAt.Before(o.CreatedAt)
 	}
 	return h.RunID < o.RunID

@@ -194,7 +194,9 @@ func TestConcurrentWakes(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t, apitest.PoolSize(24))
 	for i := range 200 {
-		env.Submit(waiting(fmt.Sprintf("run-%03d", i), fmt.Sprintf("pool=%d", i%3)))
+		r := waiting(fmt.Sprintf("run-%03d", i), fmt.Sprintf("pool=%d", i%3))
+		r.Priority = []int{50, 20, 80, 50, 100, 0}[i%6] // mixed, and not in arrival order
+		env.Submit(r)
 	}
 	for i := range 10 {
 		env.Heartbeat(fmt.Sprintf("node-%d", i), "b1", false, fmt.Sprintf("pool=%d", i%3))
@@ -228,11 +230,10 @@ func TestConcurrentWakes(t *testing.T) {
 	if n := env.Count(`SELECT count(*) FROM runs WHERE state = 'RUNNING'`); n != 10 {
 		t.Fatalf("%d running", n)
 	}
-	// Arrival order within each pool: the oldest runs of each got the nodes.
-	if n := env.Count(`SELECT count(*) FROM runs r WHERE r.state = 'QUEUED' AND EXISTS (
-		SELECT 1 FROM runs o JOIN run_roles ro ON ro.run_id = o.run_id WHERE o.state = 'RUNNING' AND o.shape = r.shape
-		AND (o.created_at, o.run_id) > (r.created_at, r.run_id))`); n != 0 {
-		t.Fatalf("%d queued runs were overtaken by a younger run of their shape", n)
+	// Queue order within each pool (priority, then arrival): the first runs of each got the nodes.
+	if n := env.Count(store.RuleSQL(`/* test */ SELECT count(*) FROM runs r WHERE r.state = 'QUEUED' AND EXISTS (
+		SELECT 1 FROM runs o WHERE o.state = 'RUNNING' AND o.shape = r.shape AND {{ahead r o}})`)); n != 0 {
+		t.Fatalf("%d queued runs were overtaken by a run behind them in the queue", n)
 	}
 	if res := env.Wake(); res.Promoted != 0 {
 		t.Fatalf("a queued run was left next to a free node: %+v", res)

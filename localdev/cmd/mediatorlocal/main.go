@@ -86,7 +86,7 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
-	reap := upkeep.Reap(s.Store, s.Log)
+	reap := upkeep.Reap(s.Deps())
 	if err := s.Serve(envInt("PORT", 3000), tokens, map[string]http.HandlerFunc{"POST /local/reap": gateway.LocalReap(tokens, reap)}); err != nil {
 		return err
 	}

@@ -3,8 +3,13 @@
 -- for named parameters instead (@name_created_at, @name_run_id, ...).
 
 -- fragment: queue_order(r)
--- The queue's order: arrival, kept across requeues. head.before is its Go twin
--- (TestQueueOrderInGoIsTheQueueOrderInSQL).
+-- The queue's order: priority, higher first (queue_rank is 100 - priority), then arrival, kept
+-- across requeues. head.before is its Go twin (TestQueueOrderInGoIsTheQueueOrderInSQL). The
+-- wake takes protected runs before it (see protected).
+r.queue_rank, r.created_at, r.run_id
+
+-- fragment: arrival(r)
+-- Arrival order: how protected runs are taken among themselves, and what "oldest" means.
 r.created_at, r.run_id
 
 -- fragment: ahead(q, r)
@@ -12,9 +17,10 @@ r.created_at, r.run_id
 ({{queue_order q}}) < ({{queue_order r}})
 
 -- fragment: protected(r)
--- The starvation rule: a queued run older than STARVATION_SECONDS keeps every node it could
--- use from younger runs. @starvation is written into the wake's statements as a literal
--- (Store.New), so that they take no parameter and keep one plan.
+-- The starvation rule: a queued run older than STARVATION_SECONDS, whatever its priority, is
+-- placed before every run that is not, in arrival order among the protected, and keeps every
+-- node it could use from younger runs. @starvation is written into the wake's statements as a
+-- literal (Store.New), so that they take no parameter and keep one plan.
 r.created_at < now() - @starvation::float8 * interval '1 second'
 
 -- fragment: drained(n)

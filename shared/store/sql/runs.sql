@@ -9,7 +9,7 @@ CASE WHEN r.state = {{QUEUED}} THEN (SELECT count(*) FROM runs q
 -- fragment: run_fields(r)
 -- A whole run as clients see it, roles and steps included (scanRun reads them), but for its
 -- queue position.
-r.run_id, r.owner, r.state, r.reason, r.attempt, r.max_attempts, r.created_at, r.started_at,
+r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
 r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
 r.wait_for_capacity, r.metadata,
 (SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
@@ -62,10 +62,11 @@ WITH avail AS (
                      OR EXISTS (SELECT 1 FROM runs WHERE state = {{QUEUED}})) THEN {{QUEUED}}
                 ELSE @state::text END AS state
 ), run AS (
-    INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, max_attempts,
+    INSERT INTO runs (run_id, owner, state, reason, priority, request_hash, shape, width, max_attempts,
         timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata,
         started_at, finished_at, deadline_at)
-    SELECT @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END, @request_hash::bytea,
+    SELECT @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END,
+        @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
         CASE WHEN d.state = {{RUNNING}} THEN now() END,
         CASE WHEN d.state = {{FAILED}} THEN now() END,
@@ -73,7 +74,7 @@ WITH avail AS (
                      WHEN {{RUNNING}} THEN now() + @timeout::int * interval '1 second' END
     FROM decided d
     ON CONFLICT DO NOTHING
-    RETURNING run_id, state, created_at
+    RETURNING run_id, state, created_at, queue_rank
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
@@ -97,3 +98,16 @@ WITH avail AS (
 )
 SELECT r.state, r.created_at, {{queue_position r}}
 FROM run r
+
+-- name: set_priority
+-- An admin's new priority for a queued run (the run locked first, lock.go), and its event.
+/* runs: priority */
+WITH run AS (
+    UPDATE runs SET priority = @priority::smallint
+    WHERE run_id = @run_id::text AND state = {{QUEUED}} AND priority <> @priority::smallint
+    RETURNING run_id, attempt
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
+    SELECT run_id, attempt, 'priority_changed', {{QUEUED}}, {{QUEUED}} FROM run
+)
+SELECT count(*) FROM run

@@ -3,9 +3,19 @@
 -- fragment: head_columns(r)
 -- A queued run as the wake needs it: its place in the queue, whether it is protected, and its
 -- roles' needs.
-r.run_id, r.shape, r.created_at, {{protected r}},
+r.run_id, r.shape, r.created_at, r.queue_rank, {{protected r}},
 (SELECT json_agg(json_build_object('Name', ro.role, 'Needs', ro.needs) ORDER BY ro.ordinal)
    FROM run_roles ro WHERE ro.run_id = r.run_id)
+
+-- fragment: head_of_shape(s)
+-- The run a shape offers the wake (its head): its oldest, if that one is protected, else its
+-- first in queue order. Runs of one shape are interchangeable for placement, so when the head
+-- cannot be placed, no run of the shape can. Two index lookups, whatever the depth.
+coalesce(
+    (SELECT o.run_id FROM runs o WHERE o.state = {{QUEUED}} AND o.shape = s.shape AND {{protected o}}
+     ORDER BY o.shape, {{arrival o}} LIMIT 1),
+    (SELECT p.run_id FROM runs p WHERE p.state = {{QUEUED}} AND p.shape = s.shape
+     ORDER BY p.shape, {{queue_order p}} LIMIT 1))
 
 -- name: wake_start
 -- All a sweep reads before it places anything, in one round trip: the head (the first run in
@@ -13,12 +23,12 @@ r.run_id, r.shape, r.created_at, {{protected r}},
 -- them. It answers nothing unless both exist, so a wake that can place nothing costs this one
 -- statement, whatever the depth of the queue or the size of the fleet.
 --
--- The heads come from a skip-scan over runs_queue_by_shape: the cost grows with the number of
--- shapes, not the depth of the queue. Every "first of a shape" orders by shape first, which the
--- equality makes no different, so that the plan walks that index; the needs are looked up per
--- head, OFFSET 0 keeping it a lookup (as a join, a plan made at one depth read all of run_roles
--- at another). Runs of one shape are interchangeable: when the head cannot be placed, no run
--- behind it can either, and a node no head could use is of no use to any queued run.
+-- The shapes come from a skip-scan over runs_queue_by_shape, each head from two index lookups
+-- (head_of_shape): the cost grows with the number of shapes, not the depth of the queue. Every
+-- "first of a shape" orders by shape first, which the equality makes no different, so that the
+-- plan walks the shape's index; the needs are looked up per head, OFFSET 0 keeping it a lookup
+-- (as a join, a plan made at one depth read all of run_roles at another). A node no head could
+-- use is of no use to any queued run.
 /* wake: start */
 WITH RECURSIVE shapes(shape) AS (
     (SELECT shape FROM runs WHERE state = {{QUEUED}} ORDER BY shape LIMIT 1)
@@ -27,9 +37,8 @@ WITH RECURSIVE shapes(shape) AS (
     FROM shapes s WHERE s.shape IS NOT NULL
 ), heads AS (
     SELECT h.* FROM shapes s CROSS JOIN LATERAL (
-        SELECT {{head_columns r}} FROM runs r
-        WHERE r.state = {{QUEUED}} AND r.shape = s.shape ORDER BY r.shape, {{queue_order r}} LIMIT 1
-    ) h(run_id, shape, created_at, protected, roles)
+        SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}}
+    ) h(run_id, shape, created_at, queue_rank, protected, roles)
     WHERE s.shape IS NOT NULL
 ), needs AS (
     SELECT DISTINCT ro.needs FROM heads h
@@ -40,17 +49,15 @@ WITH RECURSIVE shapes(shape) AS (
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
     LIMIT {{startNodes}}
 )
-SELECT true, h.run_id, h.shape, h.created_at, h.protected, h.roles, NULL::text[]
+SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles, NULL::text[]
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
-SELECT false, f.node_id, NULL, NULL, NULL, NULL, f.labels FROM free f
+SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels FROM free f
 
 -- name: wake_next_of_shape
--- The run behind a head (@head) in its shape.
+-- The head of a shape (@head_shape) once its last head was promoted.
 /* wake: next of shape */
-SELECT {{head_columns r}} FROM runs r
-WHERE r.state = {{QUEUED}} AND r.shape = @shape AND {{ahead @head r}}
-ORDER BY r.shape, {{queue_order r}} LIMIT 1
+SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape @head}}
 
 -- name: wake_free_by_need
 -- Up to @k available nodes per need (a need_key). With k at least the heads' widths added up,
@@ -77,38 +84,18 @@ JOIN nodes n ON n.node_id = f.node_id
 WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) AND {{takes_work n}}
 FOR UPDATE OF f SKIP LOCKED
 
--- name: wake_promote
--- One promotion, in one statement and so one transaction: the conditional update (I6), the
--- leases (I1), the roles' node ids, the event.
---
--- It locks the planned nodes' free_nodes rows first, and only then a run: the first queued run
--- of the head's shape, from the head (@head) on, that no one else holds (runs of one shape are
--- interchangeable, so the planned nodes are paired with the picked run's roles by their needs,
--- byte order on both sides — promote sorts the slots the same way — not by role name). Only a
--- writer taking the node as a lease holds its free_nodes row, and a lease taken since this
--- statement's snapshot has deleted it: a node leased meanwhile, or being leased by another
--- promotion or a submit right now, makes the count fall short before any run is touched; the
--- statement writes nothing and says so, and the wake tries the head on other nodes. (Locking
--- the nodes row instead let a node leased since the snapshot look free until leases_pkey
--- refused the insert, after the run was held; and a heartbeat renewing its advert held that
--- row and hid an idle node from every wake.)
---
--- Wakes meet at the head: every handler that frees a node wakes the queue. A wake that finds
--- the head held skips to the run behind it rather than queueing behind the holder, which
--- already holds its nodes, so from there its promotion cannot fail for want of a node and
--- arrival order is kept.
-/* wake: promote */
-WITH slot AS (
+-- fragment: promote_slots
+-- The planned nodes, held by their free_nodes rows first (see wake_promote).
+slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id
     FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
     {{take_free_nodes a}}
-), pick AS (
-    SELECT r.run_id, r.width FROM runs r
-    WHERE r.state = {{QUEUED}} AND r.shape = @shape::text AND NOT {{ahead r @head}}
-      AND (SELECT count(*) FROM slot) = cardinality(@nodes::text[]) -- the nodes first
-    ORDER BY r.shape, {{queue_order r}} LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), role AS (
+)
+
+-- fragment: promote_pick
+-- Promotes the run of pick onto the slots: the conditional update (I6), the leases (I1), the
+-- roles' node ids, the event; then says which nodes it held and which run it placed.
+role AS (
     SELECT ro.role, {{need_key ro}} AS need,
            row_number() OVER (ORDER BY {{need_key ro}} COLLATE "C", ro.role COLLATE "C") AS ord
     FROM run_roles ro WHERE ro.run_id = (SELECT run_id FROM pick)
@@ -118,7 +105,7 @@ WITH slot AS (
     UPDATE runs r SET state = {{RUNNING}}, started_at = now(),
         deadline_at = now() + r.timeout_seconds * interval '1 second'
     FROM pick WHERE r.run_id = pick.run_id AND r.state = {{QUEUED}} AND pick.width = (SELECT count(*) FROM assign)
-    RETURNING r.run_id, r.attempt, r.created_at
+    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank
 ), roles AS (
     UPDATE run_roles ro SET node_id = a.node_id FROM run, assign a
     WHERE ro.run_id = run.run_id AND ro.role = a.role
@@ -130,5 +117,46 @@ WITH slot AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
     SELECT run_id, attempt, 'promoted', {{QUEUED}}, {{RUNNING}} FROM run
 )
-SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at
+SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank
 FROM (SELECT 1) one LEFT JOIN run ON true
+
+-- name: wake_promote
+-- One promotion, in one statement and so one transaction.
+--
+-- It locks the planned nodes' free_nodes rows first, and only then a run: the first queued run
+-- of the head's shape, in queue order from the head (@head) on, that no one else holds (runs of
+-- one shape are interchangeable, so the planned nodes are paired with the picked run's roles by
+-- their needs, byte order on both sides — roleSlots sorts the slots the same way — not by role
+-- name). Only a writer taking the node as a lease holds its free_nodes row, and a lease taken
+-- since this statement's snapshot has deleted it: a node leased meanwhile, or being leased by
+-- another promotion or a submit right now, makes the count fall short before any run is
+-- touched; the statement writes nothing and says so, and the wake tries the head on other
+-- nodes. (Locking the nodes row instead let a node leased since the snapshot look free until
+-- leases_pkey refused the insert, after the run was held; and a heartbeat renewing its advert
+-- held that row and hid an idle node from every wake.)
+--
+-- Wakes meet at the head: every handler that frees a node wakes the queue. A wake that finds
+-- the head held skips to the run behind it rather than queueing behind the holder, which
+-- already holds its nodes, so from there its promotion cannot fail for want of a node and the
+-- queue order is kept.
+/* wake: promote */
+WITH {{promote_slots}}, pick AS (
+    SELECT r.run_id, r.width FROM runs r
+    WHERE r.state = {{QUEUED}} AND r.shape = @head_shape::text AND NOT {{ahead r @head}}
+      AND (SELECT count(*) FROM slot) = cardinality(@nodes::text[]) -- the nodes first
+    ORDER BY r.shape, {{queue_order r}} LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), {{promote_pick}}
+
+-- name: wake_promote_protected
+-- wake_promote for a protected head: the protected runs of its shape, in arrival order from the
+-- head on.
+/* wake: promote protected */
+WITH {{promote_slots}}, pick AS (
+    SELECT r.run_id, r.width FROM runs r
+    WHERE r.state = {{QUEUED}} AND r.shape = @head_shape::text AND {{protected r}}
+      AND NOT ({{arrival r}}) < (@head_created_at, @head_run_id)
+      AND (SELECT count(*) FROM slot) = cardinality(@nodes::text[]) -- the nodes first
+    ORDER BY r.shape, {{arrival r}} LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), {{promote_pick}}

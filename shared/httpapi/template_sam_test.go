@@ -1,0 +1,325 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"mediator/shared/httpapi"
+)
+
+// samTransform is the script that runs SAM's own transform (aws-sam-translator, what
+// CloudFormation and `sam deploy` run) over template.yaml with the given parameter values and
+// prints the CloudFormation it makes. As `sam deploy` does after `sam package`, each function's
+// code is an S3 object of its own. No policy is looked up by name: the managed-policy loader
+// answers an empty map, which only a template naming AWS managed policies would need.
+const samTransform = `
+import json, sys
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+class NoManagedPolicies:
+    def load(self):
+        return {}
+
+template = yaml_parse(open(sys.argv[1]).read())
+template.get("Globals", {}).get("Function", {}).pop("CodeUri", None)
+for logical_id, resource in template["Resources"].items():
+    if resource["Type"] == "AWS::Serverless::Function":
+        resource["Properties"]["CodeUri"] = "s3://artifacts/%s.zip" % logical_id
+print(json.dumps(transform(template, json.loads(sys.argv[2]), NoManagedPolicies())))
+`
+
+// transformed runs samTransform. Without python3 and aws-sam-translator the test fails, saying
+// what to install: a check that skips is a check nobody runs.
+func transformed(t *testing.T, params map[string]string) map[string]any {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err == nil {
+		err = exec.Command(python, "-c", "import samtranslator").Run()
+	}
+	if err != nil {
+		t.Fatal("SAM's transform needs python3 with aws-sam-translator: pip install cfn-lint (it brings aws-sam-translator)")
+	}
+	args, _ := json.Marshal(params)
+	cmd := exec.Command(python, "-c", samTransform, "../../template.yaml", string(args))
+	// The transform asks boto3 for a Region; nothing here calls AWS.
+	cmd.Env = append(os.Environ(), "AWS_DEFAULT_REGION=eu-west-1", "AWS_REGION=eu-west-1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("SAM's transform refuses template.yaml with %v: %v\n%s", params, err, stderr.Bytes())
+	}
+	var cfn map[string]any
+	if err := json.Unmarshal(out, &cfn); err != nil {
+		t.Fatal(err)
+	}
+	return cfn
+}
+
+// publicRoutes are the route keys the OpenAPI contract lets anyone call (security: []).
+func publicRoutes(t *testing.T) []string {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(httpapi.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var public []string
+	paths, _ := cfnAt(cfnValue(&doc), "paths").(map[string]any)
+	for path, ops := range paths {
+		ops, _ := ops.(map[string]any)
+		for method, op := range ops {
+			if sec, ok := cfnAt(op, "security").([]any); ok && len(sec) == 0 {
+				public = append(public, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	slices.Sort(public)
+	return public
+}
+
+// resourcesOf are the logical ids of one type in a transformed template.
+func resourcesOf(cfn map[string]any, typ string) []string {
+	var ids []string
+	for id, r := range cfnAt(cfn, "Resources").(map[string]any) {
+		if cfnAt(r, "Type") == typ {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+var (
+	integrationFunction = regexp.MustCompile(`/functions/\$\{(\w+)\.Arn\}/invocations$`)
+	pathParameter       = regexp.MustCompile(`\{\w+\}`)
+)
+
+// What CloudFormation receives, for each authorizer: exactly the route table, each route
+// invoking its function with API Gateway allowed to, the chosen authorizer on every route the
+// contract does not make public and none on those it does, the throttles, and the migration
+// ordered before every function that needs the schema.
+func TestTemplateTransformsToTheRouteTable(t *testing.T) {
+	t.Parallel()
+	public := publicRoutes(t)
+	if !slices.Equal(public, []string{"GET /healthz", "GET /v1/openapi.json"}) {
+		t.Fatalf("the contract's public routes are %v", public)
+	}
+	tpl := readCFN(t, "../../template.yaml")
+	for _, authorizer := range []string{"IAM", "JWT"} {
+		t.Run(authorizer, func(t *testing.T) {
+			t.Parallel()
+			params := withParams(passwordMode, "AuthorizerType", authorizer)
+			if authorizer == "JWT" {
+				// and a bus to publish run events to, so both ways of the events' wiring run
+				params = withParams(params, append(slices.Clone(jwtParams), "EventBusName", "mediator-events")...)
+			}
+			cfn := transformed(t, params)
+			values, err := parameterValues(tpl, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conditions, _ := cfnAt(cfn, "Conditions").(map[string]any)
+			resolve := cfnEval{params: values, conditions: conditions}
+			resources := cfnAt(cfn, "Resources").(map[string]any)
+
+			apis := resourcesOf(cfn, "AWS::ApiGatewayV2::Api")
+			if len(apis) != 1 || len(resourcesOf(cfn, "AWS::ApiGatewayV2::Route")) != 0 {
+				t.Fatalf("APIs %v: want one, its routes in its OpenAPI body", apis)
+			}
+			body, err := resolve.eval(cfnAt(resources, apis[0], "Properties", "Body"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfnAt(body, "security") != nil {
+				t.Error("the body has a root-level security requirement; each route names its own")
+			}
+			checkCaller(t, authorizer, cfnAt(body, "components", "securitySchemes"), values)
+
+			// Routes: the body's, both ways against the route table.
+			got := map[string]string{}
+			secured := map[string]bool{}
+			paths, _ := cfnAt(body, "paths").(map[string]any)
+			for path, ops := range paths {
+				for method, op := range ops.(map[string]any) {
+					key := strings.ToUpper(method) + " " + path
+					uri, _ := cfnAt(op, "x-amazon-apigateway-integration", "uri", "Fn::Sub").(string)
+					fn := ""
+					if m := integrationFunction.FindStringSubmatch(uri); m != nil {
+						fn = m[1]
+					}
+					got[key] = fn
+					if cfnAt(op, "x-amazon-apigateway-integration", "payloadFormatVersion") != "2.0" {
+						t.Errorf("%s: payload format is not 2.0", key)
+					}
+					switch sec := cfnAt(op, "security"); {
+					case sec == nil:
+					case fmt.Sprint(sec) == "[map[Caller:[]]]":
+						secured[key] = true
+					default:
+						t.Errorf("%s: security %v, want Caller or none", key, sec)
+					}
+				}
+			}
+			for _, d := range diffRoutes(got, httpapi.Routes) {
+				t.Error(d)
+			}
+			for key := range got {
+				if want := !slices.Contains(public, key); secured[key] != want {
+					t.Errorf("%s: authorized by %s is %t, want %t", key, authorizer, secured[key], want)
+				}
+			}
+
+			// API Gateway may invoke each route's function, for that route.
+			permitted := map[string]string{}
+			for _, id := range resourcesOf(cfn, "AWS::Lambda::Permission") {
+				src, _ := cfnAt(resources, id, "Properties", "SourceArn", "Fn::Sub").([]any)
+				if len(src) != 2 || cfnAt(src[1], "__ApiId__", "Ref") != apis[0] {
+					continue
+				}
+				arn, _ := src[0].(string)
+				_, route, _ := strings.Cut(arn, "${__Stage__}/")
+				fn, _ := cfnAt(resources, id, "Properties", "FunctionName", "Ref").(string)
+				permitted[route] = fn
+			}
+			for _, r := range httpapi.Routes {
+				route := r.Method + pathParameter.ReplaceAllString(r.Path, "*")
+				if permitted[route] != logicalID(r.Function) {
+					t.Errorf("%s: API Gateway may invoke %q for it, want %s", r.Key(), permitted[route], logicalID(r.Function))
+				}
+			}
+
+			// Throttles: every route its own default budget, the public ones a smaller one.
+			stages := resourcesOf(cfn, "AWS::ApiGatewayV2::Stage")
+			if len(stages) != 1 {
+				t.Fatalf("stages %v", stages)
+			}
+			stage := cfnAt(resources, stages[0], "Properties")
+			if cfnAt(stage, "StageName") != "$default" || cfnAt(stage, "AutoDeploy") != true {
+				t.Errorf("stage %v: want $default, auto-deployed", stage)
+			}
+			for key, want := range map[string]string{"ThrottlingRateLimit": "ThrottlingRateLimit", "ThrottlingBurstLimit": "ThrottlingBurstLimit"} {
+				if cfnAt(stage, "DefaultRouteSettings", key, "Ref") != want {
+					t.Errorf("DefaultRouteSettings.%s is not the parameter %s", key, want)
+				}
+			}
+			routeSettings, _ := cfnAt(stage, "RouteSettings").(map[string]any)
+			if keys := slices.Sorted(maps.Keys(routeSettings)); !slices.Equal(keys, public) {
+				t.Errorf("routes with a throttle of their own: %v, want the public ones %v", keys, public)
+			}
+			for key, s := range routeSettings {
+				for _, k := range []string{"ThrottlingRateLimit", "ThrottlingBurstLimit"} {
+					if cfnAt(s, k, "Ref") != "PublicRouteRateLimit" {
+						t.Errorf("%s: %s is not PublicRouteRateLimit", key, k)
+					}
+				}
+			}
+
+			checkMigrationComesFirst(t, cfn, params["EventBusName"])
+			checkFunctionsMayPublish(t, cfn, resolve, params["EventBusName"] != "")
+			if cfnAt(cfn, "Rules") == nil {
+				t.Error("the transform dropped the Rules")
+			}
+		})
+	}
+}
+
+// checkCaller: the one security scheme is IAM (SigV4) or a JWT authorizer of JwtIssuer.
+func checkCaller(t *testing.T, authorizer string, schemes any, values map[string]any) {
+	t.Helper()
+	m, _ := schemes.(map[string]any)
+	if len(m) != 1 || m["Caller"] == nil {
+		t.Fatalf("security schemes %v: want Caller alone", schemes)
+	}
+	caller := m["Caller"]
+	switch authorizer {
+	case "IAM":
+		if cfnAt(caller, "type") != "apiKey" || cfnAt(caller, "x-amazon-apigateway-authtype") != "awsSigv4" ||
+			cfnAt(caller, "name") != "Authorization" || cfnAt(caller, "in") != "header" {
+			t.Errorf("IAM: Caller is %v, want API Gateway's IAM authorization (awsSigv4)", caller)
+		}
+	case "JWT":
+		a := cfnAt(caller, "x-amazon-apigateway-authorizer")
+		if cfnAt(caller, "type") != "oauth2" || cfnAt(a, "type") != "jwt" ||
+			cfnAt(a, "identitySource") != "$request.header.Authorization" ||
+			cfnAt(a, "jwtConfiguration", "issuer") != values["JwtIssuer"] ||
+			fmt.Sprint(cfnAt(a, "jwtConfiguration", "audience")) != fmt.Sprint(values["JwtAudience"]) {
+			t.Errorf("JWT: Caller is %v, want a jwt authorizer of JwtIssuer and JwtAudience", caller)
+		}
+	}
+}
+
+// checkMigrationComesFirst: the DatabaseSchema custom resource runs the migrate function's
+// version of this deploy, and every other function waits for it.
+func checkMigrationComesFirst(t *testing.T, cfn map[string]any, bus string) {
+	t.Helper()
+	resources := cfnAt(cfn, "Resources").(map[string]any)
+	schema := cfnAt(resources, "DatabaseSchema", "Properties")
+	if schema == nil {
+		t.Fatal("no DatabaseSchema resource")
+	}
+	if token, _ := cfnAt(schema, "ServiceToken", "Fn::GetAtt").([]any); fmt.Sprint(token) != "[MigrateFunction Arn]" {
+		t.Errorf("DatabaseSchema's ServiceToken is %v, want the migrate function", cfnAt(schema, "ServiceToken"))
+	}
+	version, _ := cfnAt(schema, "CodeVersion", "Ref").(string)
+	if cfnAt(resources, version, "Type") != "AWS::Lambda::Version" ||
+		cfnAt(resources, version, "Properties", "FunctionName", "Ref") != "MigrateFunction" {
+		t.Errorf("DatabaseSchema's CodeVersion is %v, want a version of the migrate function", cfnAt(schema, "CodeVersion"))
+	}
+	// Naming another bus turns the outbox on or off in the migration: it must run again.
+	if cfnAt(schema, "EventBusName", "Ref") != "EventBusName" {
+		t.Errorf("DatabaseSchema does not run again when EventBusName (%q) changes", bus)
+	}
+	for _, id := range resourcesOf(cfn, "AWS::Lambda::Function") {
+		if id == "MigrateFunction" {
+			continue
+		}
+		deps := cfnAt(resources, id, "DependsOn")
+		if deps != "DatabaseSchema" && !slices.Contains(toAnys(deps), any("DatabaseSchema")) {
+			t.Errorf("%s does not depend on DatabaseSchema: it could switch to new code before the migration", id)
+		}
+	}
+}
+
+func toAnys(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// checkFunctionsMayPublish: with a bus named, every function's role may put events on it, and
+// its environment names it; without, no role may.
+func checkFunctionsMayPublish(t *testing.T, cfn map[string]any, resolve cfnEval, bus bool) {
+	t.Helper()
+	resources := cfnAt(cfn, "Resources").(map[string]any)
+	for _, id := range resourcesOf(cfn, "AWS::Lambda::Function") {
+		role, _ := cfnAt(resources, id, "Properties", "Role", "Fn::GetAtt").([]any)
+		if len(role) != 2 {
+			t.Errorf("%s: role %v", id, cfnAt(resources, id, "Properties", "Role"))
+			continue
+		}
+		arns, err := resolve.eval(cfnAt(resources, role[0].(string), "Properties", "ManagedPolicyArns"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		may := slices.ContainsFunc(toAnys(arns), func(a any) bool { return cfnAt(a, "Ref") == "EventsPolicy" })
+		if may != bus {
+			t.Errorf("%s may publish events: %t, want %t", id, may, bus)
+		}
+		if cfnAt(resources, id, "Properties", "Environment", "Variables", "EVENT_BUS_NAME", "Ref") != "EventBusName" {
+			t.Errorf("%s: EVENT_BUS_NAME is not the EventBusName parameter", id)
+		}
+	}
+	if bus && cfnAt(resources, "EventsPolicy", "Properties", "PolicyDocument", "Statement") == nil {
+		t.Error("no EventsPolicy")
+	}
+}

@@ -1,0 +1,207 @@
+// Package publish sends run events to Amazon EventBridge: source "mediator", detail-type
+// "Run State Changed", one entry per state change (the store's outbox says what is still to
+// send). Handlers publish their own runs' events right after their COMMIT, within about a
+// second, and a failure never changes their answer; the reaper publishes whatever is left.
+// Delivery is at least once: consumers dedupe by detail.event_id and order a run's events by
+// detail.seq, since EventBridge keeps no order.
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"mediator/shared/store"
+)
+
+// The event's envelope, as rules match it.
+const (
+	Source     = "mediator"
+	DetailType = "Run State Changed"
+)
+
+// Detail is an event's detail.
+type Detail struct {
+	EventID  int64             `json:"event_id"`
+	Seq      int64             `json:"seq"`
+	RunID    string            `json:"run_id"`
+	Owner    string            `json:"owner"`
+	Kind     string            `json:"kind"`
+	From     *string           `json:"from"`
+	To       string            `json:"to"`
+	Reason   *string           `json:"reason"`
+	Attempt  int               `json:"attempt"`
+	At       time.Time         `json:"at"`
+	NodeID   *string           `json:"node_id"`
+	Assigned map[string]string `json:"assigned"`
+}
+
+// Publisher publishes run events to one event bus.
+type Publisher struct {
+	api   *eventbridge.Client
+	bus   string
+	store *store.Store
+	log   *slog.Logger
+}
+
+// New is a publisher to bus through api (eventbridge.NewFromConfig; its endpoint is whatever
+// the SDK resolves, so AWS_ENDPOINT_URL_EVENTBRIDGE points it at a local stand-in).
+func New(api *eventbridge.Client, bus string, st *store.Store, log *slog.Logger) *Publisher {
+	return &Publisher{api: api, bus: bus, store: st, log: log}
+}
+
+// handlerBudget bounds a handler's publishing: a dead endpoint must not slow an answer.
+const handlerBudget = time.Second
+
+// Runs publishes the unpublished events of these runs — a handler's own — within about a
+// second. What it could not send stays marked, and the reaper sends it.
+func (p *Publisher) Runs(ctx context.Context, runIDs ...string) {
+	if p == nil || len(runIDs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, handlerBudget)
+	defer cancel()
+	events, err := p.store.ClaimEventsOfRuns(ctx, runIDs, maxClaim)
+	if err == nil {
+		_, err = p.send(ctx, events)
+	}
+	if err != nil {
+		p.log.Warn("publishing left to the reaper", "runs", runIDs, "error", err.Error())
+	}
+}
+
+// staleAfter is how long the reaper leaves an event to the handler that wrote it.
+const staleAfter = 30 * time.Second
+
+// maxClaim bounds one claim: the reaper's batch, and more than any handler's own runs write.
+const maxClaim = 200
+
+// reapMargin is how much of its invocation the reaper keeps after publishing.
+const reapMargin = 3 * time.Second
+
+// Stale publishes the events left unpublished for longer than staleAfter, in batches, until
+// none is left or the invocation's deadline nears. It says how many were sent.
+func (p *Publisher) Stale(ctx context.Context) (int, error) {
+	if p == nil {
+		return 0, nil
+	}
+	sent := 0
+	for {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < reapMargin {
+			return sent, nil
+		}
+		events, err := p.store.ClaimStaleEvents(ctx, staleAfter, maxClaim)
+		if err != nil || len(events) == 0 {
+			return sent, err
+		}
+		n, err := p.send(ctx, events)
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+	}
+}
+
+// entriesPerCall is PutEvents' limit.
+const entriesPerCall = 10
+
+// send publishes events in calls of up to ten, resending the entries EventBridge refused
+// (FailedEntryCount: throttled, an internal failure) with backoff while ctx allows, and clears
+// the mark of every accepted one. It says how many were accepted.
+func (p *Publisher) send(ctx context.Context, events []store.OutboundEvent) (int, error) {
+	accepted := 0
+	for len(events) > 0 {
+		n := min(entriesPerCall, len(events))
+		ok, err := p.put(ctx, events[:n])
+		if markErr := p.store.MarkPublished(context.WithoutCancel(ctx), ok); markErr != nil && err == nil {
+			err = markErr
+		}
+		accepted += len(ok)
+		if err != nil {
+			return accepted, err
+		}
+		events = events[n:]
+	}
+	return accepted, nil
+}
+
+// putTries bounds the calls for one batch: past them, the reaper's next sweep tries again.
+const putTries = 5
+
+// put sends one call's worth of events until each is accepted, ctx ends or putTries calls
+// were made; it answers the ids of those accepted.
+func (p *Publisher) put(ctx context.Context, events []store.OutboundEvent) ([]int64, error) {
+	var ok []int64
+	for try := 1; ; try++ {
+		entries := make([]types.PutEventsRequestEntry, len(events))
+		for i, e := range events {
+			detail, err := json.Marshal(Detail{EventID: e.EventID, Seq: e.Seq, RunID: e.RunID, Owner: e.Owner,
+				Kind: e.Kind, From: e.From, To: e.To, Reason: e.Reason, Attempt: e.Attempt, At: e.At,
+				NodeID: e.NodeID, Assigned: e.Assigned})
+			if err != nil {
+				return ok, err
+			}
+			entries[i] = types.PutEventsRequestEntry{
+				EventBusName: aws.String(p.bus), Source: aws.String(Source), DetailType: aws.String(DetailType),
+				Detail: aws.String(string(detail)), Time: aws.Time(e.At),
+			}
+		}
+		out, err := p.api.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: entries})
+		var refused []store.OutboundEvent
+		if err == nil {
+			for i, r := range out.Entries {
+				if r.EventId != nil && r.ErrorCode == nil {
+					ok = append(ok, events[i].EventID)
+				} else {
+					refused = append(refused, events[i])
+				}
+			}
+			if len(out.Entries) != len(events) { // not what the API promises: resend the rest
+				refused = append(refused, events[len(out.Entries):]...)
+			}
+			if len(refused) == 0 {
+				return ok, nil
+			}
+			events = refused
+		}
+		if try == putTries || !sleep(ctx, backoff(try)) {
+			if err == nil {
+				err = fmt.Errorf("publish: %d entries refused (%s)", len(refused), code(out, refused))
+			}
+			return ok, err
+		}
+	}
+}
+
+func code(out *eventbridge.PutEventsOutput, refused []store.OutboundEvent) string {
+	for _, r := range out.Entries {
+		if r.ErrorCode != nil {
+			return *r.ErrorCode
+		}
+	}
+	return fmt.Sprintf("%d without an answer", len(refused))
+}
+
+// backoff is the wait before try+1: exponential from 50 ms, full jitter, at most 2 s.
+func backoff(try int) time.Duration {
+	ceiling := min(50*time.Millisecond<<min(try, 6), 2*time.Second)
+	return time.Duration(rand.Int64N(int64(ceiling)) + 1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Run events out. Every state change is a row of run_events, written by the transaction that
+// made it; while publishing is on, a trigger marks it unpublished in the same transaction (the
+// outbox, migration 0008). Publishers claim marked events for a moment, send them, and clear
+// the mark of those accepted: a handler its own runs' events right after its COMMIT, the
+// reaper whatever was left. At least once, never lost; a consumer dedupes by EventID and
+// orders by Seq.
+
+var (
+	claimEventsOfRunsStmt = stmt("claim_events_of_runs")
+	claimStaleEventsStmt  = stmt("claim_stale_events")
+	markPublishedStmt     = stmt("mark_published")
+	setPublishingStmt     = stmt("set_publishing")
+)
+
+// OutboundEvent is a run event as it is published.
+type OutboundEvent struct {
+	EventID  int64
+	Seq      int64 // its place in its run's history, from 1
+	RunID    string
+	Owner    string
+	Kind     string
+	From     *string
+	To       string
+	Reason   *string
+	Attempt  int
+	At       time.Time
+	NodeID   *string
+	Assigned map[string]string // where the run's roles are as it is published
+}
+
+// claimFor is how long a claimed event is left to its publisher before another may send it.
+const claimFor = 10 * time.Second
+
+// SetPublishing turns the outbox on or off: whoever knows the configuration calls it at
+// start-up (the migrate function at each deploy, make dev). Off, events are only recorded.
+func (s *Store) SetPublishing(ctx context.Context, on bool) error {
+	_, err := setPublishingStmt.exec(ctx, s.pool, on)
+	return err
+}
+
+// ClaimEventsOfRuns claims up to limit unpublished events of these runs, oldest first.
+func (s *Store) ClaimEventsOfRuns(ctx context.Context, runIDs []string, limit int) ([]OutboundEvent, error) {
+	return collect(ctx, s.pool, claimEventsOfRunsStmt, pgx.RowToStructByPos[OutboundEvent],
+		named{"runs": runIDs, "limit": limit, "claim_for": claimFor.Seconds()})
+}
+
+// ClaimStaleEvents claims up to limit events unpublished for longer than olderThan.
+func (s *Store) ClaimStaleEvents(ctx context.Context, olderThan time.Duration, limit int) ([]OutboundEvent, error) {
+	return collect(ctx, s.pool, claimStaleEventsStmt, pgx.RowToStructByPos[OutboundEvent],
+		named{"older_than": olderThan.Seconds(), "limit": limit, "claim_for": claimFor.Seconds()})
+}
+
+// MarkPublished clears the mark of events EventBridge accepted.
+func (s *Store) MarkPublished(ctx context.Context, eventIDs []int64) error {
+	if len(eventIDs) == 0 {
+		return nil
+	}
+	_, err := markPublishedStmt.exec(ctx, s.pool, eventIDs)
+	return err
+}

@@ -1,0 +1,85 @@
+-- Run events out: the outbox (migration 0008) read, claimed and cleared. publish.go says how.
+
+-- fragment: outbound(c)
+-- The claimed events c (event_id) as they are published: the event, its place in its run's
+-- history (seq: consumers sort by it, as EventBridge keeps no order), the run's owner and
+-- where its roles are now.
+SELECT e.event_id,
+       (SELECT count(*) FROM run_events x WHERE x.run_id = e.run_id AND x.event_id <= e.event_id),
+       e.run_id, r.owner, e.kind, e.from_state, e.to_state, e.reason, e.attempt, e.at, e.node_id,
+       (SELECT coalesce(json_object_agg(ro.role, ro.node_id ORDER BY ro.ordinal), '{}')
+          FROM run_roles ro WHERE ro.run_id = e.run_id AND ro.node_id <> '')
+FROM c JOIN run_events e ON e.event_id = c.event_id JOIN runs r ON r.run_id = e.run_id
+ORDER BY e.event_id
+
+-- name: claim_events_of_runs
+-- A handler's own events: the unpublished events of the runs it changed, claimed for
+-- @claim_for seconds so that the reaper does not send them meanwhile.
+/* events: claim of runs */
+WITH due AS (
+    SELECT u.event_id FROM run_events e JOIN run_events_unpublished u ON u.event_id = e.event_id
+    WHERE e.run_id = ANY (@runs::text[]) AND (u.claimed_until IS NULL OR u.claimed_until < now())
+    ORDER BY u.event_id LIMIT @limit::int
+    FOR UPDATE OF u SKIP LOCKED
+), c AS (
+    UPDATE run_events_unpublished u SET claimed_until = now() + @claim_for::float8 * interval '1 second'
+    FROM due WHERE u.event_id = due.event_id
+    RETURNING u.event_id
+)
+{{outbound c}}
+
+-- name: claim_stale_events
+-- The reaper's: events unpublished for @older_than seconds (a handler died after its COMMIT,
+-- or EventBridge refused them), oldest first.
+/* events: claim stale */
+WITH due AS (
+    SELECT u.event_id FROM run_events_unpublished u
+    WHERE u.recorded_at < now() - @older_than::float8 * interval '1 second'
+      AND (u.claimed_until IS NULL OR u.claimed_until < now())
+    ORDER BY u.recorded_at LIMIT @limit::int
+    FOR UPDATE SKIP LOCKED
+), c AS (
+    UPDATE run_events_unpublished u SET claimed_until = now() + @claim_for::float8 * interval '1 second'
+    FROM due WHERE u.event_id = due.event_id
+    RETURNING u.event_id
+)
+{{outbound c}}
+
+-- name: mark_published
+/* events: published */
+DELETE FROM run_events_unpublished WHERE event_id = ANY ($1::bigint[])
+
+-- name: set_publishing
+/* events: publishing */
+UPDATE event_publishing SET enabled = $1 WHERE only_row AND enabled <> $1
+
+-- name: prune_switch
+-- Lets this transaction delete run events (run_events_append_only), and nothing else.
+/* reap: prune switch */
+SELECT set_config('mediator.pruning', 'on', true)
+
+-- name: prune_runs
+-- Runs that ended more than @days ago go, whole: their steps, roles and history. Never a live
+-- run; never a run with an event still to publish while publishing is on (with publishing off
+-- nothing ever publishes them, so the mark holds nothing back).
+/* reap: prune */
+WITH due AS (
+    SELECT r.run_id FROM runs r
+    WHERE r.finished_at < now() - @days::int * interval '1 day'
+      AND r.state IN ({{SUCCEEDED}}, {{FAILED}}, {{CANCELLED}})
+      AND NOT (EXISTS (SELECT 1 FROM event_publishing WHERE only_row AND enabled)
+               AND EXISTS (SELECT 1 FROM run_events e JOIN run_events_unpublished u ON u.event_id = e.event_id
+                           WHERE e.run_id = r.run_id))
+    ORDER BY r.finished_at LIMIT @batch::int
+    FOR UPDATE SKIP LOCKED
+), steps AS (
+    DELETE FROM steps s USING due WHERE s.run_id = due.run_id
+), roles AS (
+    DELETE FROM run_roles ro USING due WHERE ro.run_id = due.run_id
+), events AS (
+    DELETE FROM run_events e USING due WHERE e.run_id = due.run_id
+), gone AS (
+    DELETE FROM runs r USING due WHERE r.run_id = due.run_id
+    RETURNING r.run_id
+)
+SELECT count(*) FROM gone
