@@ -30,14 +30,17 @@ func queueCommand(a *app) *cobra.Command {
 				fmt.Fprintln(a.stdout, "the queue is empty")
 				return nil
 			}
-			t := &table{header: []string{"NEEDS", "QUEUED", "OLDEST", "WAITING", "CAPABLE NODES", "AVAILABLE", "PLACEABLE NOW"}}
+			t := &table{header: []string{"NEEDS", "QUEUED", "BY PRIORITY", "OLDEST", "WAITING", "CAPABLE NODES", "AVAILABLE", "PLACEABLE NOW"}}
 			for _, e := range q.Queue {
-				var shape []string
+				var shape, prios []string
 				for _, role := range e.Needs {
 					shape = append(shape, needs(role))
 				}
-				t.add(strings.Join(shape, " + "), fmt.Sprint(e.Queued), e.OldestRunID, short(seconds(e.OldestWaitSeconds)),
-					fmt.Sprint(e.CapableNodes), fmt.Sprint(e.AvailableNodes), yesNo(e.PlaceableNow))
+				for _, p := range e.Priorities {
+					prios = append(prios, fmt.Sprintf("%d×%d", p.Queued, p.Priority))
+				}
+				t.add(strings.Join(shape, " + "), fmt.Sprint(e.Queued), strings.Join(prios, " "), e.OldestRunID,
+					short(seconds(e.OldestWaitSeconds)), fmt.Sprint(e.CapableNodes), fmt.Sprint(e.AvailableNodes), yesNo(e.PlaceableNow))
 			}
 			t.write(a.stdout, false)
 			return nil

@@ -411,6 +411,17 @@ func TestASession(t *testing.T) {
 	expect(t, admin("leases"), 0, "EPOCH", runID, "yes")
 	expect(t, admin("--token", "dev-client", "leases"), 3, "403")
 
+	// A run queued behind it at priority 20, raised by an admin, found by its priority.
+	expect(t, mediator(t, base, "run_id: later\nneeds: [board=rpi4]\nsteps: [{id: s}]\n", "submit", "-f", "-", "--priority", "20"),
+		0, "run later: QUEUED at queue position 0 (202)")
+	expect(t, mediator(t, base, "", "queue"), 0, "BY PRIORITY", "1×20")
+	expect(t, mediator(t, base, "", "priority", "later", "90"), 3, "403")
+	expect(t, admin("priority", "later", "90"), 0, "run later: priority 90, QUEUED at queue position 0")
+	expect(t, mediator(t, base, "", "runs", "--priority", "90"), 0, "later")
+	if r := mediator(t, base, "", "runs", "--priority", "20"); strings.Contains(r.stdout, "later") {
+		t.Fatalf("runs --priority 20 lists a run of priority 90:\n%s", r)
+	}
+
 	expect(t, mediator(t, base, "", "cancel", runID, "--reason", "done here"), 0, "cancel requested", "(202)")
 	said.waitFor(runID + "/s cancelled -> run CANCELLED")
 	expect(t, mediator(t, base, "", "cancel", runID), 3, "409 run_not_live", "ended CANCELLED")
@@ -443,6 +454,10 @@ func TestUsageAndUnavailable(t *testing.T) {
 		{[]string{"submit", "-f", file(t, "two.yaml", "a: 1\n---\nb: 2\n")}, 3, "more than one YAML document"},
 		{[]string{"submit", "-f", file(t, "dup.yaml", "run_id: a\nrun_id: b\n")}, 3, `"run_id" is given twice`},
 		{[]string{"submit", "-f", run, "--dry-run", "--wait"}, 3, "--dry-run"},
+		{[]string{"submit", "-f", run, "--priority", "101"}, 3, "--priority must be from 0 to 100"},
+		{[]string{"submit", "-f", file(t, "p.yaml", "run_id: a\npriority: 10\n"), "--priority", "20"}, 3, "--priority 20 differs from the file's priority 10"},
+		{[]string{"priority", "a", "high"}, 3, "from 0 to 100"},
+		{[]string{"priority", "a"}, 3, "takes two arguments"},
 		{[]string{"frobnicate"}, 3, "unknown command"},
 		{[]string{"run"}, 3, "takes one argument"},
 		{[]string{"runs", "--state", "LOST"}, 3, "--state must be one of"},

@@ -67,8 +67,9 @@ type app struct {
 
 // commands are the subcommands, each built on the app's global flags and client.
 var commands = []func(*app) *cobra.Command{
-	submitCommand, runsCommand, runCommand, cancelCommand,
-	queueCommand, nodesCommand, leasesCommand, versionCommand,
+	submitCommand, runsCommand, runCommand, cancelCommand, priorityCommand,
+	queueCommand, nodesCommand, leasesCommand, drainCommand, undrainCommand,
+	agentCommand, versionCommand,
 }
 
 const defaultURL = "http://127.0.0.1:3000"
@@ -76,10 +77,10 @@ const defaultURL = "http://127.0.0.1:3000"
 func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "mediator",
-		Short: "Submit and follow runs on Mediator, and look at its queue and fleet",
+		Short: "Submit and follow runs on Mediator, look at its queue and fleet, and put a machine to work",
 		Long: `mediator talks to a Mediator API: it submits runs (YAML or JSON, the body POST /v1/runs
 takes) and follows them to their end, lists and inspects runs, cancels them, and shows the
-queue, the fleet and the leases.
+queue, the fleet and the leases. mediator agent makes this machine a node that runs steps.
 
 The API is --url (or MEDIATOR_URL; ` + defaultURL + `, what make dev serves). Credentials
 are a bearer token (--token or MEDIATOR_TOKEN; make dev takes dev-client, dev-admin, ...) or,
@@ -104,7 +105,8 @@ reached, for up to --timeout.
 	f.StringVar(&a.region, "region", "", "with --auth iam: the region to sign for (default: from the API's host name, else AWS_REGION)")
 	f.StringVarP(&a.output, "output", "o", "table", "table or json (json prints the API's answers as received)")
 	f.DurationVar(&a.timeout, "timeout", client.DefaultRetry.Budget, "how long one API call may take, its retries included")
-	root.AddGroup(&cobra.Group{ID: "runs", Title: "Runs:"}, &cobra.Group{ID: "fleet", Title: "The queue and the fleet:"})
+	root.AddGroup(&cobra.Group{ID: "runs", Title: "Runs:"}, &cobra.Group{ID: "fleet", Title: "The queue and the fleet:"},
+		&cobra.Group{ID: "node", Title: "This machine as a node:"})
 	for _, c := range commands {
 		root.AddCommand(c(a))
 	}
@@ -147,8 +149,16 @@ func (a *app) client(ctx context.Context) (*client.Client, error) {
 	if a.api != nil {
 		return a.api, nil
 	}
-	opts := []client.Option{client.WithUserAgent("mediator-cli/" + version()),
-		client.WithRetry(client.Retry{Budget: a.timeout})}
+	api, err := a.newClient(ctx, client.WithUserAgent("mediator-cli/"+version()), client.WithRetry(client.Retry{Budget: a.timeout}))
+	if err != nil {
+		return nil, err
+	}
+	a.api = api
+	return api, nil
+}
+
+// newClient is an API client with the global flags' URL and credentials, and opts.
+func (a *app) newClient(ctx context.Context, opts ...client.Option) (*client.Client, error) {
 	if a.auth == "iam" {
 		signer, err := client.NewSigV4(ctx, a.region)
 		if err != nil {
@@ -162,7 +172,6 @@ func (a *app) client(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, usage(err)
 	}
-	a.api = api
 	return api, nil
 }
 

@@ -67,6 +67,27 @@ func loadRun(data []byte, flagID string, newID func() string) (runFile, error) {
 	return f, nil
 }
 
+// withPriority sets the run's priority from --priority; a file that names another is refused,
+// as a --run-id that differs from the file's is.
+func withPriority(f runFile, priority int) (runFile, error) {
+	dec := json.NewDecoder(bytes.NewReader(f.body))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return f, err
+	}
+	if v, present := obj["priority"]; present && v != nil {
+		if n, ok := v.(json.Number); !ok || n.String() != strconv.Itoa(priority) {
+			return f, fmt.Errorf("--priority %d differs from the file's priority %v", priority, v)
+		}
+		return f, nil
+	}
+	obj["priority"] = priority
+	body, err := json.Marshal(obj)
+	f.body = body
+	return f, err
+}
+
 func pick(flagID string, newID func() string) (string, bool) {
 	if flagID != "" {
 		return flagID, false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,8 +19,9 @@ var runStates = []string{client.Queued, client.Running, client.Succeeded, client
 func runsCommand(a *app) *cobra.Command {
 	var p client.ListRunsParams
 	var all bool
+	var priority int
 	cmd := &cobra.Command{
-		Use:     "runs [--state S] [--limit N] [--all]",
+		Use:     "runs [--state S] [--priority P] [--limit N] [--all]",
 		Short:   "List runs, newest first",
 		GroupID: "runs",
 		Long: `List runs, newest first: yours, or every run for an admin. One page (--limit, 20 by
@@ -33,6 +35,12 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 			}
 			if p.Limit < 0 || p.Limit > 100 {
 				return usagef("--limit must be from 1 to 100")
+			}
+			if cmd.Flags().Changed("priority") {
+				if priority < 0 || priority > 100 {
+					return usagef("--priority must be from 0 to 100")
+				}
+				p.Priority = &priority
 			}
 			api, err := a.client(cmd.Context())
 			if err != nil {
@@ -57,6 +65,7 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 	}
 	f := cmd.Flags()
 	f.StringVar(&p.State, "state", "", "only runs in this state ("+strings.Join(runStates, ", ")+")")
+	f.IntVar(&priority, "priority", 0, "only runs of this priority (0 to 100)")
 	f.IntVar(&p.Limit, "limit", 0, "runs per page (1 to 100; the API's default is 20)")
 	f.StringVar(&p.After, "after", "", "start after this cursor (the next page of an earlier listing)")
 	f.BoolVar(&all, "all", false, "follow the pages to the last one")
@@ -249,4 +258,40 @@ and is CANCELLED when they have (or after a grace). --force (admins) settles it 
 	cmd.Flags().BoolVar(&req.Force, "force", false, "settle it CANCELLED at once, without waiting for its nodes (admins)")
 	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, kept with the run")
 	return cmd
+}
+
+func priorityCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "priority ID P",
+		Short:   "Change a queued run's priority (admins)",
+		GroupID: "runs",
+		Long: `Change a queued run's priority, 0 to 100, higher first: the queue orders by priority,
+then arrival. Raised, the run may be placed at once; a run no longer queued is refused (exit
+1). The change is kept in the run's history.`,
+		Args: twoArgs("run id and the priority"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			priority, err := strconv.Atoi(args[1])
+			if err != nil || priority < 0 || priority > 100 {
+				return usagef("the priority must be a whole number from 0 to 100, not %q", args[1])
+			}
+			api, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r, err := api.SetPriority(cmd.Context(), args[0], priority)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				writeBody(a.stdout, r.Body)
+				return nil
+			}
+			st := colourState(a.colour(a.stdoutTTY), r.Run.State)
+			if r.Run.State == client.Queued {
+				st += " at queue position " + position(r.Run)
+			}
+			fmt.Fprintf(a.stdout, "run %s: priority %d, %s\n", r.Run.RunID, r.Run.Priority, st)
+			return nil
+		},
+	}
 }

@@ -19,8 +19,9 @@ import (
 func submitCommand(a *app) *cobra.Command {
 	var file, runID string
 	var dry, wait bool
+	var priority int
 	cmd := &cobra.Command{
-		Use:     "submit -f FILE [--run-id ID] [--dry-run] [--wait]",
+		Use:     "submit -f FILE [--run-id ID] [--priority P] [--dry-run] [--wait]",
 		Short:   "Submit a run from a YAML or JSON file, and optionally follow it to its end",
 		GroupID: "runs",
 		Long: `Submit a run. FILE (- for stdin) is the body POST /v1/runs takes, in JSON or YAML:
@@ -28,6 +29,7 @@ func submitCommand(a *app) *cobra.Command {
   run_id: build-42            # optional: --run-id, or one is made (a UUIDv7) and printed
   needs: [board=rpi4]         # one node with these labels (or roles: {name: {needs: [...]}})
   max_attempts: 2
+  priority: 70                # 0 to 100, higher first; 50 unless said (or --priority)
   steps:
     - id: flash
       spec: {image: fw.bin}
@@ -54,23 +56,34 @@ On a terminal it keeps one status line up to date; otherwise it prints a line pe
 			if dry && wait {
 				return usagef("--dry-run stores nothing: there is no run to --wait for")
 			}
-			return a.submit(cmd.Context(), file, runID, dry, wait)
+			var prio *int
+			if cmd.Flags().Changed("priority") {
+				if priority < 0 || priority > 100 {
+					return usagef("--priority must be from 0 to 100")
+				}
+				prio = &priority
+			}
+			return a.submit(cmd.Context(), file, runID, prio, dry, wait)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&file, "file", "f", "", "the run, in YAML or JSON (- for stdin)")
 	f.StringVar(&runID, "run-id", "", "the run's id, when the file has none (it must match the file's when it has one)")
+	f.IntVar(&priority, "priority", 0, "the run's priority, 0 to 100, higher first (when the file gives none)")
 	f.BoolVar(&dry, "dry-run", false, "only say whether the run could be placed now; store nothing")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; the exit code says how")
 	return cmd
 }
 
-func (a *app) submit(ctx context.Context, file, runID string, dry, wait bool) error {
+func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry, wait bool) error {
 	data, err := a.readFile(file)
 	if err != nil {
 		return usage(err)
 	}
 	run, err := loadRun(data, runID, func() string { return uuid.Must(uuid.NewV7()).String() })
+	if err == nil && priority != nil {
+		run, err = withPriority(run, *priority)
+	}
 	if err != nil {
 		return usage(fmt.Errorf("%s: %w", fileName(file), err))
 	}

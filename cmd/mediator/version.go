@@ -55,7 +55,7 @@ func version() string {
 	return "devel-" + rev
 }
 
-// noArgs and oneArg check a command's arguments, as usage errors.
+// noArgs, oneArg and twoArgs check a command's arguments, as usage errors.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("%s takes no arguments (got %q)", cmd.CommandPath(), args)
@@ -67,6 +67,15 @@ func oneArg(name string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != 1 {
 			return usagef("%s takes one argument, the %s", cmd.CommandPath(), name)
+		}
+		return nil
+	}
+}
+
+func twoArgs(names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != 2 {
+			return usagef("%s takes two arguments, the %s", cmd.CommandPath(), names)
 		}
 		return nil
 	}

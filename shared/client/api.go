@@ -22,12 +22,15 @@ type Operation struct {
 var (
 	opSubmit     = Operation{"POST", "/v1/runs", nil, []int{200, 201, 202, 422}, "Submit"}
 	opDryRun     = Operation{"POST", "/v1/runs", []string{"dry_run"}, []int{200}, "DryRun"}
-	opListRuns   = Operation{"GET", "/v1/runs", []string{"state", "limit", "after"}, []int{200}, "ListRuns"}
+	opListRuns   = Operation{"GET", "/v1/runs", []string{"state", "limit", "after", "priority"}, []int{200}, "ListRuns"}
 	opGetRun     = Operation{"GET", "/v1/runs/{run_id}", nil, []int{200}, "GetRun"}
 	opCancel     = Operation{"POST", "/v1/runs/{run_id}/cancel", nil, []int{200, 202}, "Cancel"}
+	opPriority   = Operation{"POST", "/v1/runs/{run_id}/priority", nil, []int{200}, "SetPriority"}
 	opReport     = Operation{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", nil, []int{200}, "Report"}
 	opHeartbeat  = Operation{"PUT", "/v1/nodes/{node_id}", nil, []int{200}, "Heartbeat"}
 	opRemoveNode = Operation{"DELETE", "/v1/nodes/{node_id}", nil, []int{200}, "RemoveNode"}
+	opDrain      = Operation{"POST", "/v1/nodes/{node_id}/drain", nil, []int{200}, "Drain"}
+	opUndrain    = Operation{"DELETE", "/v1/nodes/{node_id}/drain", nil, []int{200}, "Undrain"}
 	opListNodes  = Operation{"GET", "/v1/nodes", nil, []int{200}, "ListNodes"}
 	opListLeases = Operation{"GET", "/v1/leases", nil, []int{200}, "ListLeases"}
 	opQueue      = Operation{"GET", "/v1/queue", nil, []int{200}, "Queue"}
@@ -37,8 +40,8 @@ var (
 
 // Operations is every route this client calls.
 var Operations = []Operation{
-	opSubmit, opDryRun, opListRuns, opGetRun, opCancel, opReport, opHeartbeat, opRemoveNode,
-	opListNodes, opListLeases, opQueue, opHealth, opOpenAPI,
+	opSubmit, opDryRun, opListRuns, opGetRun, opCancel, opPriority, opReport, opHeartbeat, opRemoveNode,
+	opDrain, opUndrain, opListNodes, opListLeases, opQueue, opHealth, opOpenAPI,
 }
 
 // call is the operation with its path parameters filled in, in the order the path names them,
@@ -120,6 +123,9 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (*RunPage, erro
 	if p.After != "" {
 		q.Set("after", p.After)
 	}
+	if p.Priority != nil {
+		q.Set("priority", strconv.Itoa(*p.Priority))
+	}
 	out := &RunPage{}
 	k := opListRuns.call()
 	k.query = q
@@ -157,6 +163,19 @@ func (c *Client) Cancel(ctx context.Context, runID string, r CancelRequest) (*Ca
 	return out, c.do(ctx, k, out)
 }
 
+// SetPriority changes a queued run's priority (admins); the queue is woken before the answer,
+// so a raised run may come back placed. A run no longer queued is 409 run_not_queued.
+func (c *Client) SetPriority(ctx context.Context, runID string, priority int) (*RunReply, error) {
+	body, err := json.Marshal(map[string]int{"priority": priority})
+	if err != nil {
+		return nil, err
+	}
+	out := &RunReply{}
+	k := opPriority.call(runID)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
 // Report sends a node's step report, fenced by the lease's epoch: a 409 stale_assignment means
 // the work is no longer this node's. Sending the same report again is safe.
 func (c *Client) Report(ctx context.Context, runID, stepID string, r ReportRequest) (*ReportReply, error) {
@@ -189,6 +208,19 @@ func (c *Client) Heartbeat(ctx context.Context, nodeID string, r HeartbeatReques
 func (c *Client) RemoveNode(ctx context.Context, nodeID string) (*RemovedNode, error) {
 	out := &RemovedNode{}
 	return out, c.do(ctx, opRemoveNode.call(nodeID), out)
+}
+
+// Drain stops new work going to a node (admins): it finishes the lease it holds, and its own
+// heartbeat cannot lift the drain. Draining twice is harmless.
+func (c *Client) Drain(ctx context.Context, nodeID string) (*NodeReply, error) {
+	out := &NodeReply{}
+	return out, c.do(ctx, opDrain.call(nodeID), out)
+}
+
+// Undrain lifts an admin's drain (admins); a drain the node asked for itself stays.
+func (c *Client) Undrain(ctx context.Context, nodeID string) (*NodeReply, error) {
+	out := &NodeReply{}
+	return out, c.do(ctx, opUndrain.call(nodeID), out)
 }
 
 // ListNodes reads the fleet (admins).

@@ -175,6 +175,32 @@ func TestTheClientReadsTheRealAnswers(t *testing.T) {
 	if q, err := api.Queue(ctx); err != nil || len(q.Queue) != 0 {
 		t.Fatalf("queue: %+v %v", q, err)
 	}
+	// Priorities: a run that waits, raised by an admin, found by its priority.
+	low := 10
+	if _, err := api.Submit(ctx, client.RunRequest{RunID: "busy", Needs: []string{"board=rpi4"}, Steps: []client.StepRequest{{ID: "s"}}}); err != nil {
+		t.Fatal(err)
+	}
+	queued, err := api.Submit(ctx, client.RunRequest{RunID: "p", Needs: []string{"board=rpi4"}, Priority: &low, Steps: []client.StepRequest{{ID: "s"}}})
+	if err != nil || !queued.Queued() || queued.Run.Priority != 10 {
+		t.Fatalf("a run at priority 10: %+v %v", queued, err)
+	}
+	if q, err := api.Queue(ctx); err != nil || len(q.Queue) != 1 || len(q.Queue[0].Priorities) != 1 || q.Queue[0].Priorities[0] != (client.PriorityCount{Priority: 10, Queued: 1}) {
+		t.Fatalf("queue by priority: %+v %v", q, err)
+	}
+	if _, err := api.SetPriority(ctx, "p", 90); !client.HasCode(err, client.CodeForbidden) {
+		t.Fatalf("a client changing a priority: %v", err)
+	}
+	raised, err := admin.SetPriority(ctx, "p", 90)
+	if err != nil || raised.Run.Priority != 90 || raised.Run.State != client.Queued {
+		t.Fatalf("priority: %+v %v", raised, err)
+	}
+	ninety := 90
+	if page, err := api.ListRuns(ctx, client.ListRunsParams{Priority: &ninety}); err != nil || len(page.Runs) != 1 || page.Runs[0].RunID != "p" {
+		t.Fatalf("runs at priority 90: %+v %v", page, err)
+	}
+	if _, err := admin.Cancel(ctx, "busy", client.CancelRequest{Force: true}); err != nil {
+		t.Fatal(err)
+	}
 	if h, err := dial(t, base, "").Health(ctx); err != nil || h.Status != "ok" {
 		t.Fatalf("healthz: %+v %v", h, err)
 	}

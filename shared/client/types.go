@@ -63,6 +63,7 @@ type Run struct {
 	RunID               string            `json:"run_id"`
 	State               string            `json:"state"`
 	Reason              *string           `json:"reason"`
+	Priority            int               `json:"priority"` // 0 to 100, higher first
 	Attempt             int               `json:"attempt"`
 	MaxAttempts         int               `json:"max_attempts"`
 	CreatedAt           time.Time         `json:"created_at"`
@@ -118,6 +119,8 @@ type Step struct {
 	Message    *string    `json:"message"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`
+	// Outputs are what a succeeded step reported for the steps after it (nil when none).
+	Outputs map[string]string `json:"outputs"`
 }
 
 // Event is one line of a run's history.
@@ -147,7 +150,10 @@ type RunRequest struct {
 	TimeoutSeconds      int                    `json:"timeout_seconds,omitzero"`
 	QueueTimeoutSeconds int                    `json:"queue_timeout_seconds,omitzero"`
 	WaitForCapacity     bool                   `json:"wait_for_capacity,omitzero"`
-	Metadata            any                    `json:"metadata,omitzero"`
+	// Priority is 0 to 100, higher first; nil is the API's default (50). Clients may ask
+	// up to the deployment's MAX_CLIENT_PRIORITY, admins up to 100.
+	Priority *int `json:"priority,omitempty"`
+	Metadata any  `json:"metadata,omitzero"`
 }
 
 // RoleRequest is one role of a submission.
@@ -200,11 +206,19 @@ type RunDetail struct {
 	History []Event `json:"history"`
 }
 
+// RunReply is a run as a change left it (POST /v1/runs/{run_id}/priority).
+type RunReply struct {
+	Reply `json:"-"`
+	Run   Run `json:"run"`
+}
+
 // ListRunsParams filter and page GET /v1/runs. Zero values are the API's defaults.
 type ListRunsParams struct {
 	State string // one of the run states, or "" for all
 	Limit int    // 1..100; 0 is the API's default (20)
 	After string // the cursor of the page before (RunPage.Next)
+	// Priority, when set, lists only runs of that priority.
+	Priority *int
 }
 
 // RunPage is one page of runs, newest first; Next is the cursor of the next page, nil at the end.
@@ -249,12 +263,15 @@ type HeartbeatReply struct {
 
 // NodeInfo is a node as the fleet records it (GET /v1/nodes, and each heartbeat's answer).
 type NodeInfo struct {
-	NodeID     string    `json:"node_id"`
-	State      string    `json:"state"` // idle, leased, draining or offline
-	Labels     []string  `json:"labels"`
-	BootID     string    `json:"boot_id"`
-	Draining   bool      `json:"draining"`
-	LastSeenAt time.Time `json:"last_seen_at"`
+	NodeID string   `json:"node_id"`
+	State  string   `json:"state"` // idle, leased, draining or offline
+	Labels []string `json:"labels"`
+	BootID string   `json:"boot_id"`
+	// Draining is the effective drain: the node's own (its heartbeat's) or an admin's.
+	Draining bool `json:"draining"`
+	// DrainRequestedBy is the admin who drained the node, nil when no admin did.
+	DrainRequestedBy *string   `json:"drain_requested_by"`
+	LastSeenAt       time.Time `json:"last_seen_at"`
 }
 
 // HeldLease is a node's lease as the node sees it: its reports are fenced by Epoch.
@@ -264,14 +281,20 @@ type HeldLease struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// NodeStep is a step a node holds, with what it may do about it.
+// NodeStep is a step a node holds, with what it may do about it and what it needs to run.
 type NodeStep struct {
 	RunID    string          `json:"run_id"`
 	StepID   string          `json:"step_id"`
+	Role     string          `json:"role"`
+	Attempt  int             `json:"attempt"` // the run's attempt
 	Spec     json.RawMessage `json:"spec"`
 	State    string          `json:"state"`
 	Runnable bool            `json:"runnable"`
 	Cancel   bool            `json:"cancel"`
+	// Assigned is every role's node.
+	Assigned map[string]string `json:"assigned"`
+	// Inputs are the outputs of each step it waits for, by step ({} for one that gave none).
+	Inputs map[string]map[string]string `json:"inputs"`
 }
 
 // ReportRequest is a step report, fenced by the lease's epoch and the boot it was granted under.
@@ -283,6 +306,9 @@ type ReportRequest struct {
 	ExitCode *int    `json:"exit_code,omitempty"`
 	Message  *string `json:"message,omitempty"`
 	Output   *string `json:"output,omitempty"`
+	// Outputs go with a succeeded report only: string values under keys matching
+	// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, at most 4 KiB of compact JSON.
+	Outputs map[string]string `json:"outputs,omitempty"`
 }
 
 // ReportReply is what a report did. Next are steps of this run the node may start now;
@@ -309,6 +335,12 @@ type RemovedNode struct {
 	NodeID     string `json:"node_id"`
 	Released   int    `json:"released"`    // leases released (the node's and its run-mates')
 	RunsFailed int    `json:"runs_failed"` // queued runs no remaining node could ever serve
+}
+
+// NodeReply is a node as an admin's drain or undrain left it.
+type NodeReply struct {
+	Reply `json:"-"`
+	Node  NodeInfo `json:"node"`
 }
 
 // NodeList is the fleet (admins).
@@ -340,9 +372,17 @@ type QueueEntry struct {
 	Queued            int        `json:"queued"`
 	OldestRunID       string     `json:"oldest_run_id,omitempty"`
 	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
-	CapableNodes      int        `json:"capable_nodes"`
-	AvailableNodes    int        `json:"available_nodes"`
-	PlaceableNow      bool       `json:"placeable_now"`
+	// Priorities are how many wait at each priority, highest first.
+	Priorities     []PriorityCount `json:"priorities"`
+	CapableNodes   int             `json:"capable_nodes"`
+	AvailableNodes int             `json:"available_nodes"`
+	PlaceableNow   bool            `json:"placeable_now"`
+}
+
+// PriorityCount is how many queued runs of one kind have one priority.
+type PriorityCount struct {
+	Priority int `json:"priority"`
+	Queued   int `json:"queued"`
 }
 
 // QueueReply is GET /v1/queue.

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mediator/cmd/mediator/agent"
+	"mediator/shared/client"
+)
+
+// nodeIDPattern is an id's shape, as the API takes it.
+var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+func agentCommand(a *app) *cobra.Command {
+	var (
+		cfg                 agent.Config
+		logFormat, logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:     "agent [--node-id ID] [--labels k=v,k2] [--labels-file F] [--work-dir D]",
+		Short:   "Run this machine as a node: heartbeat, run the steps of its lease, report them",
+		GroupID: "node",
+		Long: `mediator agent makes this machine a Mediator node. It heartbeats as --node-id (the host
+name by default) with its labels (--labels, repeatable, and --labels-file, one label per line,
+# for comments, read again on SIGHUP), and runs the steps of the lease its node holds: every
+runnable step of its role, several at once when several are runnable, each in a process group
+of its own, in a fresh directory under --work-dir. It reports each started, then succeeded,
+failed (with the exit code; 128 + the signal for a killed process) or cancelled, with the last
+4 KiB of its combined output as the message and the last 64 KiB as the output. Every step's
+whole output stays under --work-dir/output, one file per run, step and attempt, the newest
+--keep-outputs kept.
+
+A step's spec, as the agent reads it:
+  {"cmd": "make test"}                   run by /bin/sh -c
+  {"argv": ["make", "test"]}             run as given, argv[0] found in the step's PATH
+  "env": {"NAME": "value"}               added to its environment
+  "workdir": "/srv/board"                an existing directory to run in instead of a fresh one
+  "timeout_seconds": 600                 killed past it (SIGTERM, SIGKILL after --cancel-grace)
+Any other field, or neither cmd nor argv, fails the step saying why.
+
+A step's environment is the agent's, without its MEDIATOR_ variables, then the spec's env, then:
+  MEDIATOR_RUN_ID, MEDIATOR_STEP_ID, MEDIATOR_ROLE, MEDIATOR_NODE_ID, MEDIATOR_ATTEMPT
+  MEDIATOR_NODE_<ROLE>          the node of every role of the run
+  MEDIATOR_OUTPUTS              a file to append key=value lines to: after a successful exit
+                                they are the step's outputs (a line that is not one fails it)
+  MEDIATOR_INPUTS               a JSON file, {"<step>": {"key": "value"}}: the outputs of the
+                                steps it runs after
+  MEDIATOR_INPUT_<STEP>_<KEY>   each of those
+Names are upper-cased, every character but A-Z and 0-9 made "_".
+
+The lease is the guard: if the agent cannot renew it in time (the API unreachable, or
+answering 503), it kills its steps' process groups max(2 s, TTL/10) before the lease expires,
+so that the node never runs two runs at once, and reports them failed (lease_lost) if the lease
+comes back. A heartbeat that shows the lease gone, or a report answered 409, kills its work at
+once. What a step leaves running in its process group is killed when it ends, and what left
+the group (setsid, a daemon) when the lease ends. Every process group is recorded under
+--work-dir; a new start kills what a previous one left running before it heartbeats.
+
+The first SIGTERM or SIGINT drains: no new work, the lease held finished and reported, exit 0.
+A second cancels the steps running (SIGTERM, SIGKILL after --cancel-grace, reported cancelled)
+and exits 130; a third kills them at once. An admin's drain (mediator drain) stops new work
+without stopping the agent.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := agentLog(a, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			if cfg.NodeID == "" {
+				host, err := os.Hostname()
+				if err != nil {
+					return usagef("--node-id: the host name: %v", err)
+				}
+				cfg.NodeID = host
+			}
+			if !nodeIDPattern.MatchString(cfg.NodeID) {
+				return usagef("--node-id %q is not an id (%s)", cfg.NodeID, nodeIDPattern)
+			}
+			if cfg.CancelGrace <= 0 {
+				return usagef("--cancel-grace must be positive")
+			}
+			if cfg.KeepOutputs < 1 {
+				return usagef("--keep-outputs must be at least 1")
+			}
+			if cfg.WorkDir == "" {
+				if cfg.WorkDir, err = defaultWorkDir(); err != nil {
+					return usagef("--work-dir: %v", err)
+				}
+			}
+			if cfg.WorkDir, err = filepath.Abs(cfg.WorkDir); err != nil {
+				return usagef("--work-dir: %v", err)
+			}
+			// Short calls, few retries: the agent's own loop tries again, and its guard must
+			// not wait behind a call.
+			cfg.API, err = a.newClient(cmd.Context(),
+				client.WithUserAgent("mediator-agent/"+version()+" ("+cfg.NodeID+")"),
+				client.WithRetry(client.Retry{Attempts: 3, Budget: 20 * time.Second}),
+				client.WithTimeout(10*time.Second))
+			if err != nil {
+				return err
+			}
+			cfg.Log = log
+			if code := agent.Run(cfg); code != 0 {
+				return exitWith(code)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.NodeID, "node-id", "", "this node's id (default: the host name)")
+	f.StringSliceVar(&cfg.Labels, "labels", nil, "labels to advertise, key=value or key, comma-separated; repeatable")
+	f.StringVar(&cfg.LabelsFile, "labels-file", "", "a file of labels, one per line (# comments), read again on SIGHUP")
+	f.StringVar(&cfg.WorkDir, "work-dir", "", "where steps run and their output stays (default: /var/lib/mediator as root, else ~/.local/state/mediator)")
+	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "between SIGTERM and SIGKILL for a cancelled or timed-out step")
+	f.IntVar(&cfg.KeepOutputs, "keep-outputs", 500, "how many step output files to keep")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func agentLog(a *app, format, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level must be debug, info, warn or error, not %q", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
+	}
+	return nil, usagef("--log-format must be text or json, not %q", format)
+}
+
+func defaultWorkDir() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/var/lib/mediator", nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "mediator"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no home directory to default to: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "mediator"), nil
+}

@@ -1,0 +1,596 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mediator/shared/client"
+)
+
+// Agent is one life of the agent process: one boot id.
+type Agent struct {
+	cfg     Config
+	api     *client.Client
+	log     *slog.Logger
+	boot    string
+	lock    *os.File // the work dir's, held for the life of the process
+	groups  *groups
+	out     *outputs
+	steps   string // the steps' own directories
+	environ []string
+	events  chan any
+
+	// The rest is the loop's alone.
+	labels   []string
+	lease    *lease
+	runners  map[string]*runner // by run/step
+	done     map[string]uint64  // run/step → seq when its runner ended
+	seq      uint64             // counts what a heartbeat answer may be older than
+	interval time.Duration      // between heartbeats, as the API asks
+	hb       heartbeats
+	guard    *time.Timer
+	stopping int // 0 working; 1 draining (a first signal); 2 cancelling (a second)
+	drain    struct {
+		heard bool   // a heartbeat that said draining was answered, or failed
+		seen  bool   // the API says the node drains
+		by    string // the admin who drained it, "" for the node itself
+	}
+	exit int // <0 while running
+}
+
+// heartbeats is the loop's record of the heartbeat in flight and of those before.
+type heartbeats struct {
+	timer    *time.Timer
+	inFlight bool
+	again    bool // asked for while one was in flight
+	failures int
+	ok       bool // one was answered, ever
+}
+
+// lease is the lease the node holds, as the agent knows it.
+type lease struct {
+	runID   string
+	epoch   int64
+	expires time.Time // as the API wrote it, for the log
+	// deadline is when the API may deem the lease expired, at the earliest, on this process's
+	// monotonic clock; guardAt is when the agent stops the lease's work if it could not renew.
+	deadline, guardAt time.Time
+	adopted           uint64 // seq when it was taken
+	suspended         bool   // the guard fired: nothing starts until a heartbeat renews it
+}
+
+// Messages to the loop.
+type (
+	heartbeatDone struct {
+		reply   *client.HeartbeatReply
+		err     error
+		sent    uint64 // seq when it was sent
+		start   time.Time
+		arrived time.Time
+		drain   bool // it said draining
+	}
+	runnerDone struct {
+		r       *runner
+		reply   *client.ReportReply // the last report's answer; nil when none was accepted
+		arrived time.Time
+		stale   bool // a report was answered 409 stale_assignment
+	}
+)
+
+// Run runs the agent until it is drained or stopped, and returns the process's exit code.
+func Run(cfg Config) int {
+	// Taken from the first moment: a SIGTERM while the previous boot's steps are killed is a
+	// drain all the same, and a SIGHUP then must not end the process.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	a, code := start(cfg)
+	if a == nil {
+		return code
+	}
+	return a.loop(sigs)
+}
+
+// start prepares the work dir, takes the boot id, and kills what a previous boot left
+// running — all before the first heartbeat, which releases the previous boot's lease and may
+// be answered with new work.
+func start(cfg Config) (*Agent, int) {
+	log := cfg.Log
+	fail := func(msg string, err error) (*Agent, int) {
+		log.Error(msg, "error", err.Error())
+		return nil, ExitSetup
+	}
+	labels, err := readLabels(cfg)
+	if err != nil {
+		return fail("the labels", err)
+	}
+	dirs := map[string]string{}
+	for _, d := range []string{"pgroups", "steps", "output"} {
+		dirs[d] = filepath.Join(cfg.WorkDir, d)
+		if err := os.MkdirAll(dirs[d], 0o750); err != nil {
+			return fail("the work dir", err)
+		}
+	}
+	lock, err := lockWorkDir(cfg.WorkDir)
+	if err != nil {
+		return fail("the work dir", err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return fail("a boot id", err)
+	}
+	a := &Agent{
+		cfg: cfg, api: cfg.API, boot: id.String(), lock: lock, steps: dirs["steps"], environ: os.Environ(),
+		events: make(chan any, 16), labels: labels, runners: map[string]*runner{}, done: map[string]uint64{},
+		exit: -1,
+	}
+	a.log = log.With("boot", a.boot)
+	a.groups = newGroups(dirs["pgroups"], a.log)
+	a.out = &outputs{dir: dirs["output"], keep: max(cfg.KeepOutputs, 1), busy: map[string]int{}}
+	a.log.Info("agent starting", "node", cfg.NodeID, "labels", labels, "work_dir", cfg.WorkDir, "api", cfg.API.Base())
+	if err := BecomeSubreaper(); err != nil {
+		a.log.Warn("cannot become a child subreaper: orphans of a step are left to init", "error", err.Error())
+	}
+	g, n, err := KillLeftovers(dirs["pgroups"], a.log)
+	if err != nil {
+		return fail("the previous boot's process groups", err)
+	}
+	if g > 0 {
+		a.log.Info("killed what a previous boot left running", "groups", g, "processes", n)
+	}
+	// Nothing of a previous boot's steps is used again.
+	if entries, err := os.ReadDir(a.steps); err == nil {
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(a.steps, e.Name()))
+		}
+	}
+	return a, 0
+}
+
+func readLabels(cfg Config) ([]string, error) {
+	var fromFile []string
+	if cfg.LabelsFile != "" {
+		var err error
+		if fromFile, err = ReadLabelsFile(cfg.LabelsFile); err != nil {
+			return nil, err
+		}
+	}
+	return MergeLabels(cfg.Labels, fromFile)
+}
+
+// lockWorkDir keeps a second agent off this work dir: it would kill this one's steps as a
+// previous boot's. The lock goes with the process, however it ends; the file must stay
+// referenced until then, or its finalizer would close it and drop the lock.
+func lockWorkDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another agent is using %s (%w)", dir, err)
+	}
+	return f, nil
+}
+
+func (a *Agent) loop(sigs <-chan os.Signal) int {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+	go func() {
+		for range chld {
+			a.groups.reapOrphans()
+		}
+	}()
+	a.hb.timer = time.NewTimer(0)
+	a.guard = time.NewTimer(time.Hour)
+	a.guard.Stop()
+	for a.exit < 0 {
+		select {
+		case <-a.hb.timer.C:
+			a.heartbeat()
+		case <-a.guard.C:
+			a.guardFired()
+		case ev := <-a.events:
+			switch ev := ev.(type) {
+			case heartbeatDone:
+				a.heartbeatDone(ev)
+			case runnerDone:
+				a.runnerDone(ev)
+			}
+		case s := <-sigs:
+			a.signal(s)
+		}
+		a.checkExit()
+	}
+	a.log.Info("agent exiting", "code", a.exit)
+	return a.exit
+}
+
+// heartbeat sends one, unless one is in flight: then another follows it at once.
+func (a *Agent) heartbeat() {
+	if a.hb.inFlight {
+		a.hb.again = true
+		return
+	}
+	a.hb.inFlight = true
+	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping > 0}
+	sent := a.seq
+	// Bounded by the interval, so that a hung call does not hold up the next; the guard does
+	// not wait for it either way.
+	timeout := 10 * time.Second
+	if a.interval > 0 {
+		timeout = min(max(a.interval, 5*time.Second), 30*time.Second)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		start := time.Now()
+		rep, err := a.api.Heartbeat(ctx, a.cfg.NodeID, req)
+		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, arrived: time.Now(), drain: req.Draining}
+	}()
+}
+
+func (a *Agent) heartbeatNow() { a.hb.timer.Reset(0) }
+
+func (a *Agent) heartbeatDone(d heartbeatDone) {
+	a.hb.inFlight = false
+	if d.drain {
+		a.drain.heard = true
+	}
+	if d.err != nil {
+		a.hb.failures++
+		if !a.hb.ok && refused(d.err) {
+			a.log.Error("the API refuses this node's heartbeat", "error", d.err.Error())
+			a.exit = ExitSetup
+			return
+		}
+		wait := backoff(a.hb.failures, max(a.interval, time.Second))
+		a.log.Warn("heartbeat failed", "error", d.err.Error(), "failures", a.hb.failures, "retry_in", wait.Round(time.Millisecond).String())
+		a.hb.again = false
+		a.hb.timer.Reset(wait)
+		return
+	}
+	if a.hb.failures > 0 {
+		a.log.Info("heartbeat answered again", "after_failures", a.hb.failures)
+		a.hb.failures = 0
+	}
+	hb := d.reply
+	a.interval = time.Duration(max(hb.NextHeartbeatSeconds, 1)) * time.Second
+	if !a.hb.ok {
+		a.hb.ok = true
+		a.log.Info("heartbeating", "node", a.cfg.NodeID, "every", a.interval.String())
+	}
+	a.log.Debug("heartbeat answered", "lease", hb.Lease, "steps", len(hb.Steps), "draining", hb.Node.Draining)
+	a.noteDrain(hb.Node)
+	a.reconcile(d)
+	next := a.interval - time.Since(d.start)
+	if a.hb.again {
+		next, a.hb.again = 0, false
+	}
+	a.hb.timer.Reset(max(next, 0))
+}
+
+// refused: an answer no retry changes (bad labels, no credentials, not this node's).
+func refused(err error) bool {
+	var ae *client.Error
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests &&
+		ae.Status != http.StatusRequestTimeout
+}
+
+// backoff is the wait before try n+1: exponential, with jitter, never less than a quarter
+// second nor more than ceiling, so that the loop never spins.
+func backoff(n int, ceiling time.Duration) time.Duration {
+	d := min((500*time.Millisecond)<<min(n-1, 10), ceiling)
+	d = max(d, 500*time.Millisecond)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (a *Agent) noteDrain(n client.NodeInfo) {
+	by := ""
+	if n.DrainRequestedBy != nil {
+		by = *n.DrainRequestedBy
+	}
+	switch {
+	case n.Draining && (!a.drain.seen || by != a.drain.by):
+		who := by
+		if who == "" {
+			who = "agent"
+		}
+		a.log.Info("drain in effect: the node takes no new work", "by", who)
+	case !n.Draining && a.drain.seen:
+		a.log.Info("drain lifted: the node takes work again")
+	}
+	a.drain.seen, a.drain.by = n.Draining, by
+}
+
+// reconcile takes what a heartbeat says of the lease. An answer may be older than what the
+// loop learnt since it was sent (a report's answer handing over the next run): epochs only
+// grow, and a lease taken after the heartbeat was sent is not judged by it.
+func (a *Agent) reconcile(d heartbeatDone) {
+	hb, cur := d.reply, a.lease
+	switch hl := hb.Lease; {
+	case hl == nil:
+		if cur != nil && cur.adopted <= d.sent {
+			a.endLease("the heartbeat shows no lease")
+		}
+		return
+	case cur != nil && hl.Epoch < cur.epoch:
+		return
+	case cur != nil && hl.Epoch == cur.epoch:
+		a.renew(hl.ExpiresAt, hb.Header, d.arrived)
+	default:
+		if cur != nil {
+			a.endLease(fmt.Sprintf("the heartbeat shows run %s under epoch %d", hl.RunID, hl.Epoch))
+		}
+		a.adopt(*hl, hb.Header, d.arrived, "heartbeat")
+	}
+	a.consider(hb.Steps, &d.sent)
+}
+
+// deadline is when the lease expires at the earliest, on the monotonic clock: expires_at less
+// the answer's Date, counted from when the answer arrived, less a second because Date is in
+// whole seconds.
+func deadline(expires time.Time, h http.Header, arrived time.Time) time.Time {
+	left := time.Until(expires) // without a Date, the wall clock is all there is
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		left = expires.Sub(date)
+	}
+	return arrived.Add(left - time.Second)
+}
+
+// margin is how long before the deadline the guard kills the lease's work: max(2 s, TTL/10).
+func (a *Agent) margin(l *lease) time.Duration {
+	ttl := 3 * a.interval
+	if a.interval == 0 {
+		ttl = time.Until(l.deadline)
+	}
+	return max(2*time.Second, ttl/10)
+}
+
+// adopt takes a lease handed over by a heartbeat's answer or a report's (via).
+func (a *Agent) adopt(hl client.HeldLease, h http.Header, arrived time.Time, via string) {
+	a.seq++
+	l := &lease{runID: hl.RunID, epoch: hl.Epoch, expires: hl.ExpiresAt, adopted: a.seq}
+	l.deadline = deadline(hl.ExpiresAt, h, arrived)
+	l.guardAt = l.deadline.Add(-a.margin(l))
+	a.lease = l
+	clear(a.done)
+	a.killStrays("before the lease's work starts")
+	a.log.Info("lease taken", "run", l.runID, "epoch", l.epoch, "via", via, "expires_at", l.expires,
+		"guard_in", time.Until(l.guardAt).Round(time.Millisecond).String())
+	a.armGuard()
+}
+
+func (a *Agent) renew(expires time.Time, h http.Header, arrived time.Time) {
+	l := a.lease
+	if d := deadline(expires, h, arrived); d.After(l.deadline) {
+		l.deadline, l.expires = d, expires
+		l.guardAt = d.Add(-a.margin(l))
+		if l.suspended && time.Now().Before(l.guardAt) {
+			l.suspended = false
+			a.log.Info("the lease is renewed again; its work goes on", "run", l.runID, "epoch", l.epoch, "expires_at", expires)
+		}
+	}
+	a.armGuard()
+}
+
+func (a *Agent) armGuard() {
+	if a.lease == nil || a.lease.suspended {
+		a.guard.Stop()
+		return
+	}
+	a.guard.Reset(max(time.Until(a.lease.guardAt), 0))
+}
+
+// guardFired: the lease could not be renewed in time. Its steps' processes are killed now,
+// before the API may give the node to another run; their reports follow whenever the API
+// answers again (failed, lease_lost), and nothing of the lease starts until a heartbeat
+// renews it.
+func (a *Agent) guardFired() {
+	l := a.lease
+	if l == nil || l.suspended {
+		return
+	}
+	if time.Now().Before(l.guardAt) {
+		a.armGuard()
+		return
+	}
+	l.suspended = true
+	n := 0
+	for _, r := range a.runners {
+		if r.epoch == l.epoch && r.stop(stopGuard) {
+			n++
+		}
+	}
+	a.log.Warn("lease guard: the lease was not renewed in time; dropping its work", "run", l.runID, "epoch", l.epoch,
+		"expires_at", l.expires, "left", time.Until(l.deadline).Round(time.Millisecond).String(), "steps", n)
+	a.killStrays("the lease guard")
+}
+
+// killStrays kills what the lease's steps left outside their process groups, at the moments
+// nothing of a lease may run on: the lease gone, or another about to start.
+func (a *Agent) killStrays(when string) {
+	if n := a.groups.killStrays(); n > 0 {
+		a.log.Warn("killed what steps left running outside their process groups", "processes", n, "when", when)
+	}
+}
+
+// endLease forgets the lease, killing at once whatever of it still runs: the node may be
+// another run's already.
+func (a *Agent) endLease(why string) {
+	l := a.lease
+	a.lease = nil
+	a.guard.Stop()
+	clear(a.done)
+	n := 0
+	for _, r := range a.runners {
+		if r.epoch == l.epoch && r.stop(stopStale) {
+			n++
+		}
+	}
+	if n > 0 {
+		a.log.Warn("the lease is gone: killing its work at once", "run", l.runID, "epoch", l.epoch, "why", why, "steps", n)
+		return // its strays go once its steps have (runnerDone)
+	}
+	a.log.Info("lease ended", "run", l.runID, "epoch", l.epoch, "why", why)
+	if len(a.runners) == 0 {
+		a.killStrays("the lease ended")
+	}
+}
+
+// mayStart: a step of the lease may start now.
+func (a *Agent) mayStart() bool {
+	return a.lease != nil && !a.lease.suspended && time.Now().Before(a.lease.guardAt) && a.stopping < 2
+}
+
+// consider acts on the steps the lease gives, from a heartbeat (sent is when it was sent) or
+// from a report's answer (sent nil: only steps made runnable).
+func (a *Agent) consider(steps []client.NodeStep, sent *uint64) {
+	for _, st := range steps {
+		if a.lease == nil || st.RunID != a.lease.runID {
+			continue
+		}
+		key := st.RunID + "/" + st.StepID
+		if r := a.runners[key]; r != nil {
+			if st.Cancel {
+				r.stop(stopCancel)
+			}
+			continue
+		}
+		if sent != nil && a.done[key] > *sent {
+			continue // the heartbeat predates this node's last report on the step
+		}
+		switch {
+		case st.Cancel && (st.State == client.Running || st.State == client.Pending):
+			a.run(st, reportCancelled)
+		case st.State == client.Running && sent != nil:
+			// RUNNING, and nobody here runs it: its process was dropped (the guard, or a
+			// report whose answer was lost). Say so, rather than leave it RUNNING.
+			a.run(st, reportLost)
+		case st.State == client.Pending && st.Runnable && a.mayStart():
+			a.run(st, runStep)
+		}
+	}
+}
+
+func (a *Agent) run(st client.NodeStep, mode runMode) {
+	r := &runner{a: a, step: st, key: st.RunID + "/" + st.StepID, epoch: a.lease.epoch, mode: mode,
+		kills: make(chan stopReason, 4)}
+	r.log = a.log.With("run", st.RunID, "step", st.StepID, "attempt", st.Attempt)
+	a.runners[r.key] = r
+	go r.run()
+}
+
+func (a *Agent) runnerDone(d runnerDone) {
+	if a.runners[d.r.key] == d.r {
+		delete(a.runners, d.r.key)
+	}
+	a.seq++
+	if a.lease != nil && a.lease.epoch == d.r.epoch {
+		a.done[d.r.key] = a.seq
+	}
+	if d.stale && a.lease != nil && a.lease.epoch == d.r.epoch {
+		a.endLease("a report was answered 409 stale_assignment")
+	}
+	if rep := d.reply; rep != nil {
+		switch {
+		case rep.NextRun != nil:
+			nl := rep.NextRun.Lease
+			if a.lease == nil || nl.Epoch > a.lease.epoch {
+				if a.lease != nil {
+					a.endLease(fmt.Sprintf("the node was handed run %s", nl.RunID))
+				}
+				a.adopt(nl, rep.Header, d.arrived, "report")
+			}
+			if a.lease != nil && a.lease.epoch == nl.Epoch {
+				a.consider(rep.NextRun.Steps, nil)
+			}
+		case a.lease == nil || a.lease.epoch != d.r.epoch:
+			// About a lease no longer held: nothing in it to act on.
+		case client.Finished(rep.RunState):
+			a.endLease("the run ended " + rep.RunState)
+		default:
+			a.consider(rep.Next, nil)
+		}
+	}
+	if len(a.runners) == 0 && a.lease == nil {
+		a.killStrays("the lease ended")
+	}
+	if a.stopping == 1 && len(a.runners) == 0 {
+		a.heartbeatNow() // is the lease released? Then the drain is over.
+	}
+}
+
+func (a *Agent) signal(s os.Signal) {
+	if s == syscall.SIGHUP {
+		a.reloadLabels()
+		return
+	}
+	a.stopping++
+	switch a.stopping {
+	case 1:
+		a.log.Info("draining: finishing the steps of the lease held, then exiting; a second signal cancels them", "signal", s.String())
+		a.drain.heard = false
+		a.heartbeatNow()
+	case 2:
+		a.log.Warn("stopping: cancelling the steps running; a third signal kills them at once", "signal", s.String(), "steps", len(a.runners))
+		for _, r := range a.runners {
+			r.stop(stopShutdown)
+		}
+	default:
+		a.log.Error("stopping at once: killing every step's process group", "signal", s.String())
+		a.groups.killAll()
+		a.exit = ExitInterrupted
+	}
+}
+
+func (a *Agent) reloadLabels() {
+	if a.cfg.LabelsFile == "" {
+		a.log.Info("SIGHUP: no labels file to read again")
+		return
+	}
+	labels, err := readLabels(a.cfg)
+	switch {
+	case err != nil:
+		a.log.Error("SIGHUP: the labels file is not usable; the labels advertised stay", "error", err.Error(), "labels", a.labels)
+	case slices.Equal(labels, a.labels):
+		a.log.Info("SIGHUP: the labels are unchanged", "labels", labels)
+	default:
+		a.labels = labels
+		a.log.Info("labels reloaded", "labels", labels)
+		a.heartbeatNow()
+	}
+}
+
+// checkExit ends a drain once nothing of a lease is left: no step running or reporting, and
+// no lease, as a heartbeat that said draining found — or none to be had from the API and the
+// lease known surely expired.
+func (a *Agent) checkExit() {
+	if a.exit >= 0 || len(a.runners) > 0 {
+		return
+	}
+	switch a.stopping {
+	case 1:
+		held := a.lease != nil && (a.hb.failures == 0 || time.Now().Before(a.lease.deadline))
+		if a.drain.heard && !held {
+			a.exit = ExitOK
+		}
+	case 2:
+		a.exit = ExitInterrupted
+	}
+}

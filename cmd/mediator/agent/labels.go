@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// labelPattern is a label's shape (DESIGN.md, The model): the API refuses a heartbeat with any
+// other, so the agent says which at start, or on a SIGHUP keeps the labels it had.
+var labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-z0-9._:/-]{0,127})?$`)
+
+// maxLabels is the most a heartbeat may carry.
+const maxLabels = 64
+
+// ReadLabelsFile reads one label per line; blank lines and everything from a # are ignored.
+func ReadLabelsFile(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var labels []string
+	for i, line := range strings.Split(string(data), "\n") {
+		if j := strings.IndexByte(line, '#'); j >= 0 {
+			line = line[:j]
+		}
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if !labelPattern.MatchString(line) {
+			return nil, fmt.Errorf("%s:%d: %q is not a label (key=value or key: %s)", path, i+1, clip(line, 80), labelPattern)
+		}
+		labels = append(labels, line)
+	}
+	return labels, nil
+}
+
+// MergeLabels is the labels the node advertises: both lists, checked, sorted, each once.
+func MergeLabels(lists ...[]string) ([]string, error) {
+	out := []string{}
+	for _, list := range lists {
+		for _, l := range list {
+			l = strings.TrimSpace(l)
+			if l == "" {
+				continue
+			}
+			if !labelPattern.MatchString(l) {
+				return nil, fmt.Errorf("%q is not a label (key=value or key: %s)", clip(l, 80), labelPattern)
+			}
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) > maxLabels {
+		return nil, fmt.Errorf("%d labels; a node advertises at most %d", len(out), maxLabels)
+	}
+	return out, nil
+}

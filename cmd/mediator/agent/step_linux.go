@@ -1,0 +1,410 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"mediator/shared/client"
+)
+
+// stopReason is why the loop stops a step; a stronger one overrides a weaker.
+type stopReason int
+
+const (
+	stopNone     stopReason = iota
+	stopCancel              // the run is being cancelled: SIGTERM, SIGKILL after the grace; reported cancelled
+	stopShutdown            // the agent is told to stop a second time: the same
+	stopGuard               // the lease may expire before it is renewed: SIGKILL now; reported failed, lease_lost
+	stopStale               // the lease is gone: SIGKILL now; nothing reported
+)
+
+func (s stopReason) String() string {
+	return [...]string{"none", "cancel", "shutdown", "lease_guard", "lease_gone"}[s]
+}
+
+// runMode is what a runner does.
+type runMode int
+
+const (
+	runStep         runMode = iota // run the step and report it
+	reportCancelled                // report a step nobody here runs as cancelled
+	reportLost                     // report a step nobody here runs as failed, lease_lost
+)
+
+// lostMessage is the message of a step killed because its lease could not be renewed.
+const lostMessage = "lease_lost"
+
+// shutdownReportFor bounds how long a stopping agent keeps trying to report.
+const shutdownReportFor = 20 * time.Second
+
+// errAbandoned: the report was given up, the work being dropped.
+var errAbandoned = errors.New("abandoned: the work was dropped")
+
+// runner is one step on this node, from its start to its last report, in a goroutine of its
+// own. The loop stops it through kills; nothing else of it is shared.
+type runner struct {
+	a     *Agent
+	step  client.NodeStep
+	key   string
+	epoch int64
+	mode  runMode
+	log   *slog.Logger
+	kills chan stopReason
+	asked stopReason // the loop's: the strongest reason sent
+
+	reason    stopReason // the runner's: the strongest reason received
+	stoppedAt time.Time
+}
+
+// stop asks the runner to stop (loop goroutine); false when it was asked as much before.
+func (r *runner) stop(why stopReason) bool {
+	if why <= r.asked {
+		return false
+	}
+	r.asked = why
+	r.kills <- why // at most one send per reason, which the buffer holds
+	return true
+}
+
+func (r *runner) take(why stopReason) {
+	if why > r.reason {
+		r.reason = why
+		r.stoppedAt = time.Now()
+	}
+}
+
+// poll takes the stops sent so far.
+func (r *runner) poll() {
+	for {
+		select {
+		case why := <-r.kills:
+			r.take(why)
+		default:
+			return
+		}
+	}
+}
+
+// pause waits d, or less when told to stop.
+func (r *runner) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case why := <-r.kills:
+		r.take(why)
+	}
+}
+
+// result is a step's last report.
+type result struct {
+	status   string
+	exitCode *int
+	message  string
+	output   string
+	outputs  map[string]string
+	none     bool // nothing to report: the lease is gone
+}
+
+func (r *runner) run() {
+	var d runnerDone
+	switch r.mode {
+	case reportCancelled:
+		d = r.deliver(result{status: client.ReportCancelled, message: "cancelled: the run was cancelled before this node ran the step"})
+	case reportLost:
+		d = r.deliver(result{status: client.ReportFailed, message: lostMessage})
+	default:
+		d = r.life()
+	}
+	d.r = r
+	r.a.events <- d
+}
+
+// life runs the step: started, the process, then its result.
+func (r *runner) life() runnerDone {
+	if _, _, err := r.send(client.ReportRequest{Status: client.Started}, true); err != nil {
+		if errors.Is(err, errAbandoned) && (r.reason == stopCancel || r.reason == stopShutdown) {
+			return r.deliver(r.before())
+		}
+		return r.refused(err)
+	}
+	spec, err := ParseSpec(r.step.Spec)
+	if err != nil {
+		r.log.Warn("a spec the agent cannot run", "error", err.Error())
+		return r.deliver(result{status: client.ReportFailed, message: Text([]byte("the agent cannot run this spec: "+err.Error()), maxMessage, false)})
+	}
+	return r.deliver(r.execute(spec))
+}
+
+// before is the result of a step stopped before its process started.
+func (r *runner) before() result {
+	switch r.reason {
+	case stopStale:
+		return result{none: true}
+	case stopGuard:
+		return result{status: client.ReportFailed, message: lostMessage}
+	case stopShutdown:
+		return result{status: client.ReportCancelled, message: "cancelled: the agent was stopped before the step began"}
+	}
+	return result{status: client.ReportCancelled, message: "cancelled: the run was cancelled before the step began"}
+}
+
+// execute runs the step's process to its end and says what to report.
+func (r *runner) execute(spec Spec) result {
+	a, st := r.a, r.step
+	failed := func(format string, args ...any) result {
+		msg := fmt.Sprintf(format, args...)
+		r.log.Warn("the step could not start", "error", msg)
+		return result{status: client.ReportFailed, message: Text([]byte(msg), maxMessage, false)}
+	}
+	name := fmt.Sprintf("%s+%s+%d", st.RunID, st.StepID, st.Attempt)
+	own := filepath.Join(a.steps, name)
+	_ = os.RemoveAll(own)
+	if err := os.MkdirAll(own, 0o750); err != nil {
+		return failed("the step's directory: %v", err)
+	}
+	defer os.RemoveAll(own)
+	outputsPath, inputsPath := filepath.Join(own, "outputs"), filepath.Join(own, "inputs.json")
+	inputs := st.Inputs
+	if inputs == nil {
+		inputs = map[string]map[string]string{}
+	}
+	data, _ := json.Marshal(inputs)
+	if err := os.WriteFile(inputsPath, data, 0o640); err != nil {
+		return failed("MEDIATOR_INPUTS: %v", err)
+	}
+	if err := os.WriteFile(outputsPath, nil, 0o660); err != nil {
+		return failed("MEDIATOR_OUTPUTS: %v", err)
+	}
+	dir := spec.Workdir
+	if dir == "" {
+		dir = filepath.Join(own, "work")
+		if err := os.Mkdir(dir, 0o750); err != nil {
+			return failed("the step's directory: %v", err)
+		}
+	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return failed("workdir %s is not a directory on node %s", dir, a.cfg.NodeID)
+	}
+	env := StepEnv(a.environ, st, a.cfg.NodeID, spec, outputsPath, inputsPath)
+	path, argv, err := spec.program(env)
+	if err != nil {
+		return failed("%v", err)
+	}
+	header := fmt.Sprintf("=== %s run %s step %s attempt %d on node %s (boot %s)\n",
+		time.Now().UTC().Format(time.RFC3339), st.RunID, st.StepID, st.Attempt, a.cfg.NodeID, a.boot)
+	out, from, err := a.out.open(st.RunID, st.StepID, st.Attempt, header)
+	if err != nil {
+		return failed("the step's output file: %v", err)
+	}
+	defer a.out.done(out)
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdout: out, Stderr: out}
+	r.poll()
+	if r.reason != stopNone {
+		return r.before()
+	}
+	p, err := a.groups.spawn(cmd, st.RunID+"/"+st.StepID+"/"+strconv.Itoa(st.Attempt))
+	if err != nil {
+		return failed("starting the step: %v", err)
+	}
+	r.log.Info("step started", "pgid", p.pgid, "output", out.Name())
+	timedOut := r.watch(p, spec)
+	ps, err := p.finish()
+	code := -1
+	if ps != nil {
+		code = exitCode(ps)
+	}
+	if err != nil {
+		r.log.Warn("waiting for the step's process", "error", err.Error())
+	}
+	tail, _ := Tail(out.Name(), from, maxOutput)
+	message := Text([]byte(tail), maxMessage, true)
+	res := result{exitCode: &code, output: tail, message: message}
+	attrs := []any{"exit_code", code}
+	switch {
+	case r.reason == stopStale:
+		r.log.Warn("step killed: the lease is gone", attrs...)
+		return result{none: true}
+	case r.reason == stopGuard:
+		r.log.Warn("step killed by the lease guard: dropped the work", attrs...)
+		res.status, res.message = client.ReportFailed, lostMessage
+	case r.reason == stopCancel:
+		r.log.Info("step cancelled", attrs...)
+		res.status, res.message = client.ReportCancelled, withReason("cancelled: the run was cancelled", tail)
+	case r.reason == stopShutdown:
+		r.log.Info("step cancelled: the agent is stopping", attrs...)
+		res.status, res.message = client.ReportCancelled, withReason("cancelled: the agent on node "+a.cfg.NodeID+" was stopped", tail)
+	case timedOut:
+		why := fmt.Sprintf("timed out after %s (timeout_seconds): its process group was killed", seconds(spec.Timeout))
+		r.log.Info("step timed out", attrs...)
+		res.status, res.message = client.ReportFailed, withReason(why, tail)
+	case code != 0:
+		r.log.Info("step failed", attrs...)
+		res.status = client.ReportFailed
+	default:
+		outs, err := readOutputs(outputsPath)
+		if err != nil {
+			r.log.Info("step failed: its outputs", "error", err.Error())
+			res.status, res.message = client.ReportFailed, withReason("MEDIATOR_OUTPUTS: "+err.Error(), tail)
+			break
+		}
+		r.log.Info("step succeeded", "outputs", len(outs))
+		res.status, res.outputs = client.ReportSucceeded, outs
+	}
+	return res
+}
+
+// watch waits for the step's leader to exit, stopping the group on a timeout or when told,
+// and says whether the step timed out.
+func (r *runner) watch(p *proc, spec Spec) (timedOut bool) {
+	var timeout, escalate <-chan time.Time
+	if spec.Timeout > 0 {
+		t := time.NewTimer(time.Duration(spec.Timeout * float64(time.Second)))
+		defer t.Stop()
+		timeout = t.C
+	}
+	termed := false
+	term := func() {
+		if !termed {
+			termed = true
+			p.signal(syscall.SIGTERM)
+			escalate = time.After(r.a.cfg.CancelGrace)
+		}
+	}
+	for {
+		select {
+		case <-p.exited:
+			return timedOut
+		case <-timeout:
+			timedOut, timeout = true, nil
+			r.log.Info("step past its timeout_seconds: SIGTERM to its process group", "timeout_seconds", spec.Timeout)
+			term()
+		case <-escalate:
+			r.log.Info("the grace is over: SIGKILL to the step's process group", "pgid", p.pgid)
+			p.signal(syscall.SIGKILL)
+			escalate = nil
+		case why := <-r.kills:
+			r.take(why)
+			switch r.reason {
+			case stopCancel, stopShutdown:
+				r.log.Info("stopping the step: SIGTERM to its process group", "why", r.reason.String(), "grace", r.a.cfg.CancelGrace.String())
+				term()
+			case stopGuard, stopStale:
+				p.signal(syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+func seconds(s float64) string { return (time.Duration(s * float64(time.Second))).String() }
+
+// exitCode is the process's exit status, or 128 + the signal that killed it, as a shell says.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func readOutputs(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > maxOutputsFile {
+		return nil, fmt.Errorf("%d bytes; outputs are a few short key=value lines", fi.Size())
+	}
+	data := make([]byte, fi.Size())
+	if _, err := f.ReadAt(data, 0); err != nil && fi.Size() > 0 {
+		return nil, err
+	}
+	return ParseOutputs(data)
+}
+
+// deliver sends a step's last report. One the API refuses as malformed or too large is sent
+// again as a plain failure saying so: a step must not stay RUNNING for a report's fault.
+func (r *runner) deliver(res result) runnerDone {
+	if res.none {
+		return runnerDone{}
+	}
+	req := client.ReportRequest{Status: res.status, ExitCode: res.exitCode, Outputs: res.outputs}
+	if res.message != "" {
+		req.Message = &res.message
+	}
+	if res.output != "" {
+		req.Output = &res.output
+	}
+	rep, arrived, err := r.send(req, false)
+	var ae *client.Error
+	if err != nil && errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge) {
+		r.log.Error("the API refused the step's report; reporting it failed instead", "error", err.Error())
+		msg := Text([]byte("the agent's report was refused: "+err.Error()), maxMessage, false)
+		rep, arrived, err = r.send(client.ReportRequest{Status: client.ReportFailed, ExitCode: res.exitCode, Message: &msg}, false)
+	}
+	if err != nil {
+		return r.refused(err)
+	}
+	r.log.Info("step reported", "status", res.status, "step_state", rep.StepState, "run_state", rep.RunState)
+	return runnerDone{reply: rep, arrived: arrived}
+}
+
+// refused says why a report was not accepted.
+func (r *runner) refused(err error) runnerDone {
+	switch {
+	case errors.Is(err, errAbandoned):
+		r.log.Info("report abandoned: the work was dropped", "why", r.reason.String())
+	case client.HasCode(err, client.CodeStaleAssignment):
+		r.log.Warn("the step is not this node's any more (409 stale_assignment): dropping the work")
+		return runnerDone{stale: true}
+	case client.HasCode(err, client.CodeNotRunnable), client.HasCode(err, client.CodeResultConflict):
+		// The API moved on without this node's report (a cancel, a retry): nothing to mend.
+		r.log.Warn("the report is not taken; the step is left as the API has it", "error", err.Error())
+	default:
+		r.log.Error("the report was refused", "error", err.Error())
+	}
+	return runnerDone{}
+}
+
+// send makes one report, trying again until the API answers it (credentials that could not be
+// had, no connection, a 5xx: all pass) — or until the lease is known gone, or (starting) the step is stopped, or (stopping) shutdownReportFor has passed.
+func (r *runner) send(req client.ReportRequest, starting bool) (*client.ReportReply, time.Time, error) {
+	a := r.a
+	req.NodeID, req.BootID, req.Epoch = a.cfg.NodeID, a.boot, r.epoch
+	for n := 1; ; n++ {
+		r.poll()
+		switch {
+		case r.reason == stopStale, starting && r.reason != stopNone,
+			r.reason == stopShutdown && time.Since(r.stoppedAt) > shutdownReportFor:
+			return nil, time.Time{}, errAbandoned
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		rep, err := a.api.Report(ctx, r.step.RunID, r.step.StepID, req)
+		cancel()
+		if err == nil {
+			return rep, time.Now(), nil
+		}
+		if refused(err) {
+			return nil, time.Time{}, err
+		}
+		wait := backoff(n, 10*time.Second)
+		r.log.Warn("a report got no answer; trying again", "status", req.Status, "error", err.Error(),
+			"tries", n, "retry_in", wait.Round(time.Millisecond).String())
+		r.pause(wait)
+	}
+}
