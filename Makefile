@@ -24,7 +24,7 @@ then_stop = status=0; $(1) || status=$$?; $(LOCAL) stop $(2) >/dev/null 2>&1 || 
 test: ## every test, against a throwaway PostgreSQL (or DATABASE_URL)
 	@$(call then_stop,$(GO) test -count=1 -timeout 20m ./...,test)
 
-demo: ## a local stack and a simulated fleet play placement, queueing, promotion and refusal, then a run survives a node restart
+demo: ## a local stack and real mediator agents (Linux) play placement, queueing, promotion, refusal, an agent's restart, two roles passing an output, drains
 	$(GO) run ./localdev/cmd/demo
 
 stress: ## the concurrent stress test at its long size (make test runs it at CI size)

@@ -64,11 +64,16 @@ func describe(r client.Run) string {
 	return s
 }
 
-// nodes lists the nodes a run holds, by role name order for one stable phrase.
+// nodes lists the nodes a run holds, by role name order for one stable phrase: "rpi-A" for
+// one role, "dut=rpi-A, host=host-B" for several.
 func nodes(r client.Run) string {
 	var on []string
 	for _, role := range slices.Sorted(maps.Keys(r.Assigned)) {
-		on = append(on, r.Assigned[role])
+		if len(r.Assigned) == 1 {
+			on = append(on, r.Assigned[role])
+		} else {
+			on = append(on, role+"="+r.Assigned[role])
+		}
 	}
 	return strings.Join(on, ", ")
 }
@@ -78,6 +83,30 @@ func stepState(r client.Run, id string) string {
 	for _, s := range r.Steps {
 		if s.ID == id {
 			return s.State
+		}
+	}
+	return ""
+}
+
+// outputs are a step's outputs as key=value, by key order ("" when it has none).
+func outputs(r client.Run, id string) string {
+	for _, s := range r.Steps {
+		if s.ID == id {
+			var kv []string
+			for _, k := range slices.Sorted(maps.Keys(s.Outputs)) {
+				kv = append(kv, k+"="+s.Outputs[k])
+			}
+			return strings.Join(kv, ", ")
+		}
+	}
+	return ""
+}
+
+// message is the end of what a step printed, as its node reported it.
+func message(r client.Run, id string) string {
+	for _, s := range r.Steps {
+		if s.ID == id && s.Message != nil {
+			return strings.TrimSpace(*s.Message)
 		}
 	}
 	return ""
