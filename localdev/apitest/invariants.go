@@ -37,6 +37,13 @@ var invariantChecks = []struct{ name, sql string }{
 	{"a run's state disagrees with its last event", `SELECT r.run_id FROM runs r JOIN LATERAL (
 		SELECT to_state FROM run_events e WHERE e.run_id = r.run_id ORDER BY event_id DESC LIMIT 1) e ON true
 		WHERE e.to_state <> r.state`},
+	{"queue_counts disagrees with the queued runs", `SELECT coalesce(c.shape, q.shape) || ' rank ' || coalesce(c.queue_rank, q.queue_rank)
+		|| ' span ' || coalesce(c.span, q.span) || ' bucket ' || coalesce(c.bucket, q.bucket)
+		FROM (SELECT shape, queue_rank, span, bucket, sum(delta) AS n FROM queue_counts GROUP BY 1, 2, 3, 4) c
+		FULL JOIN (SELECT shape, queue_rank, g.span, queue_bucket(created_at, g.span) AS bucket, count(*) AS n
+		           FROM runs CROSS JOIN (VALUES (1), (60)) g(span) WHERE state = 'QUEUED' GROUP BY 1, 2, 3, 4) q
+		USING (shape, queue_rank, span, bucket)
+		WHERE coalesce(c.n, 0) <> coalesce(q.n, 0)`},
 }
 
 // Invariants returns every broken invariant, with a few of the ids that break it.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
+	"slices"
 
 	"mediator/shared/auth"
 	"mediator/shared/match"
@@ -57,10 +58,12 @@ func submit(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	// After the commit: a run queued at the moment another handler freed its node would
-	// otherwise be missed by both. A run queued only because older runs wait may be placed by
-	// this very wake, in its turn: then it is answered as placed.
-	if woke := c.afterCommit([]string{run.RunID}, true); res.Placeable && woke.Promoted > 0 {
+	// After the commit, when the run was queued: queued at the moment another handler freed
+	// its node, it would otherwise be missed by both. A run queued only because older runs
+	// wait may be placed by this very wake, in its turn: then it is answered as placed. A run
+	// placed, refused or submitted before took no node from the queue and freed none: no wake.
+	woke := c.afterCommit([]string{run.RunID}, res.Outcome == store.Waiting)
+	if res.Placeable && slices.Contains(woke.Runs, run.RunID) {
 		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != store.Queued {
 			res.Outcome, res.Run = store.Placed, now
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"mediator/localdev/apitest"
+	"mediator/localdev/pgcount"
 	"mediator/shared/store"
 )
 
@@ -208,6 +209,29 @@ func TestSubmitAnswerIsTheStoredRun(t *testing.T) {
 		g, _ := json.Marshal(got["run"])
 		if string(a) != string(g) {
 			t.Errorf("%s: the submit answered\n%s\nGET shows\n%s", name, a, g)
+		}
+	}
+}
+
+// What a submit costs: a run placed at once is one transaction (the read of the fleet and the
+// insert) and no wake; a run that queues is that, then the wake after its commit, which finds
+// nothing to place and is one statement.
+func TestSubmitTransactions(t *testing.T) {
+	t.Parallel()
+	var counter pgcount.Counter
+	env := apitest.New(t, apitest.Tracer(&counter))
+	env.Beat("A", "b1", false, "board")
+	for _, c := range []struct {
+		run    string
+		status int
+		txs    int64
+	}{{"placed", 201, 1}, {"queued", 202, 2}} {
+		before := counter.Read()
+		if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun(c.run, "board")); resp.Status != c.status {
+			t.Fatalf("%s: %s", c.run, resp)
+		}
+		if txs := counter.Read().Since(before).Txs; txs != c.txs {
+			t.Fatalf("a submit %s used %d transactions; want %d", c.run, txs, c.txs)
 		}
 	}
 }

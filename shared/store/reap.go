@@ -78,9 +78,15 @@ func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 		sum.Stranded = wake.Promoted
 		s.log.Warn("stranded_runs_recovered", "count", wake.Promoted)
 	}
-	// 7: retention, last: nothing waits on it.
-	return sum, s.prune(ctx, &sum)
+	// 7: retention, and the queue's counts folded, last: nothing waits on them.
+	if err := s.prune(ctx, &sum); err != nil {
+		return sum, err
+	}
+	_, err = foldQueueCountsStmt.exec(ctx, s.pool)
+	return sum, err
 }
+
+var foldQueueCountsStmt = stmt("fold_queue_counts")
 
 var (
 	pruneSwitchStmt = stmt("prune_switch")

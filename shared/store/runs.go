@@ -85,10 +85,9 @@ type Cursor struct {
 }
 
 // listRunsSQL is a page of runs, newest first (%s: the filter), with the queue positions of
-// its QUEUED runs counted once for the page: the queued runs ahead of its first queued run,
-// plus each one's rank from there. (Counted per run, as GET does, a page of the newest queued
-// runs counted the whole queue once per run, growing with the depth until statement_timeout
-// refused the list.) The filter is built per request: which index serves a page depends on it.
+// its QUEUED runs found once for the page: the queue_position of its first queued run, plus
+// each one's rank from there. (Found per run, a page of a hundred queued runs paid for a
+// hundred positions.) The filter is built per request: which index serves a page depends on it.
 const listRunsSQL = `/* runs: list */
 WITH page AS MATERIALIZED (
     SELECT {{run_fields r}} FROM runs r%s
@@ -96,12 +95,12 @@ WITH page AS MATERIALIZED (
 ), queued AS (
     SELECT q.* FROM runs q WHERE q.run_id IN (SELECT run_id FROM page WHERE state = {{QUEUED}})
 ), lo AS (
-    SELECT q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}} LIMIT 1
+    SELECT q.state, q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}} LIMIT 1
 ), hi AS (
     SELECT q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}}
     OFFSET (SELECT count(*) - 1 FROM queued) LIMIT 1
 ), ahead AS (
-    SELECT count(*) AS n FROM runs q, lo WHERE q.state = {{QUEUED}} AND {{ahead q lo}}
+    SELECT {{queue_position lo}} AS n FROM lo
 ), ranked AS (
     SELECT q.run_id, row_number() OVER (ORDER BY {{queue_order q}}) - 1 AS rank
     FROM runs q, lo, hi

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"mediator/shared/match"
 )
 
@@ -173,71 +175,122 @@ func spreadSeed(runID string) float64 {
 
 // verdict matches run against the fleet, and says whether other runs are queued.
 func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, error) {
-	roles := matchRoles(run.Roles)
-	if len(roles) > s.set.MaxRunWidth {
-		return match.Result{Verdict: match.TooWide}, false, nil
+	c := s.readCandidates(run)
+	if c.tooWide {
+		return c.place(), false, nil
 	}
-	args := []any{}
-	for _, r := range run.Roles {
-		args = append(args, append([]string{}, r.Needs...)) // never NULL: no needs match every node
-	}
-	args = append(args, spreadSeed(run.RunID))
-	candidates := candidatesSQL(len(roles))
-	rows, err := candidates.query(ctx, s.pool, args...)
+	rows, err := c.st.query(ctx, s.pool, c.args...)
 	if err != nil {
 		return match.Result{}, false, err
 	}
-	var nodes []match.Node
-	queueWaiting := false
+	if err := c.scan(rows); err != nil {
+		return match.Result{}, false, err
+	}
+	return c.place(), c.queueWaiting, nil
+}
+
+// candidateRead is one run's read of the fleet (submit_candidates) and what it found.
+type candidateRead struct {
+	run          NewRun
+	maxWidth     int
+	tooWide      bool // nothing to read: no run this wide is ever placed
+	st           statement
+	args         []any
+	nodes        []match.Node
+	queueWaiting bool
+}
+
+func (s *Store) readCandidates(run NewRun) *candidateRead {
+	c := &candidateRead{run: run, maxWidth: s.set.MaxRunWidth, tooWide: len(run.Roles) > s.set.MaxRunWidth}
+	if c.tooWide {
+		return c
+	}
+	for _, r := range run.Roles {
+		c.args = append(c.args, append([]string{}, r.Needs...)) // never NULL: no needs match every node
+	}
+	c.args = append(c.args, spreadSeed(run.RunID))
+	c.st = candidatesSQL(len(run.Roles))
+	return c
+}
+
+// queue adds the read to a batch (nothing when the run is too wide).
+func (c *candidateRead) queue(b *pgx.Batch) {
+	if !c.tooWide {
+		b.Queue(c.st.sql, c.args...).Query(c.scan)
+	}
+}
+
+func (c *candidateRead) scan(rows pgx.Rows) error {
+	defer rows.Close()
 	for rows.Next() {
 		var n match.Node
-		if err := rows.Scan(&n.ID, &n.Labels, &n.Available, &queueWaiting); err != nil {
-			rows.Close()
-			return match.Result{}, false, candidates.fail(err)
+		if err := rows.Scan(&n.ID, &n.Labels, &n.Available, &c.queueWaiting); err != nil {
+			return c.st.fail(err)
 		}
-		nodes = append(nodes, n)
+		c.nodes = append(c.nodes, n)
 	}
-	if err := rows.Err(); err != nil {
-		return match.Result{}, false, candidates.fail(err)
+	return c.st.fail(rows.Err())
+}
+
+// place matches the run to the nodes read.
+func (c *candidateRead) place() match.Result {
+	if c.tooWide {
+		return match.Result{Verdict: match.TooWide}
 	}
-	return match.Place(roles, nodes, s.set.MaxRunWidth, run.RunID), queueWaiting, nil
+	return match.Place(matchRoles(c.run.Roles), c.nodes, c.maxWidth, c.run.RunID)
 }
 
 // Submit stores a run as the fleet allows: RUNNING with every role leased, QUEUED holding
 // nothing, or FAILED when no node of the fleet could ever serve it. A resubmission of the
 // same request answers the run as it stands; a different request under the same run_id is
-// ErrRunIDConflict. The caller wakes the queue after this returns.
+// ErrRunIDConflict. The caller wakes the queue after this returns when the run queued.
 //
 // A new run is placed directly only when nothing is queued. Otherwise it joins the queue and
 // the caller's wake decides, in arrival order: placing it directly would let it overtake older
 // runs waiting for the same nodes, and would walk straight past a starving wide run's
 // reservation. The insert checks that again itself: a run queued after the match is seen.
+//
+// The read of the fleet and the insert are one transaction in two round trips: the read takes
+// no lock, so the transaction holds nothing while the match runs in Go.
 func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return SubmitResult{}, ErrLeaseTTL
 	}
-	res, queueWaiting, err := s.verdict(ctx, run)
-	if err != nil {
-		return SubmitResult{}, err
+	type submitted struct {
+		res    match.Result
+		stored storedRun
 	}
-	state, reason := Running, ""
-	switch {
-	case res.Verdict == match.TooWide:
-		state, reason = Failed, ReasonTooWide
-	case res.Verdict == match.Impossible && !run.WaitForCapacity:
-		state, reason = Failed, ReasonNoCapableNode
-	case res.Verdict != match.Placeable || queueWaiting:
-		state, res.Assigned = Queued, nil
-	}
-	stored, err := s.insertRun(ctx, run, state, reason, res.Assigned)
+	got, err := pipelinedTx(ctx, s, func() pipelined[submitted] {
+		var out submitted
+		c := s.readCandidates(run)
+		return pipelined[submitted]{
+			read: c.queue,
+			write: func(b *pgx.Batch) error {
+				out.res = c.place()
+				state, reason := Running, ""
+				switch {
+				case out.res.Verdict == match.TooWide:
+					state, reason = Failed, ReasonTooWide
+				case out.res.Verdict == match.Impossible && !run.WaitForCapacity:
+					state, reason = Failed, ReasonNoCapableNode
+				case out.res.Verdict != match.Placeable || c.queueWaiting:
+					state, out.res.Assigned = Queued, nil
+				}
+				return s.queueInsert(b, run, state, reason, out.res.Assigned, &out.stored)
+			},
+			result: func() submitted { return out },
+		}
+	})
 	if errors.Is(err, ErrNodeTaken) {
 		// The node went to another run between the match and the insert: the whole
-		// statement was rolled back, so storing the run QUEUED leaves nothing behind.
-		stored, err = s.insertRun(ctx, run, Queued, "", nil)
+		// transaction was rolled back, so storing the run QUEUED leaves nothing behind.
+		got.res.Assigned = nil
+		got.stored, err = s.insertRun(ctx, run, Queued, "", nil)
 	}
 	if err != nil {
 		return SubmitResult{}, err
 	}
+	stored, res := got.stored, got.res
 	if stored.state == "" {
 		return s.resubmitted(ctx, run)
 	}
@@ -294,8 +347,19 @@ func (st storedRun) view(run NewRun) Run {
 	return r
 }
 
-// insertRun returns what it stored; its state is "" when the run_id already existed.
+// insertRun stores the run alone, in a transaction of its own.
 func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
+	var stored storedRun
+	b := &pgx.Batch{}
+	if err := s.queueInsert(b, run, state, reason, assigned, &stored); err != nil {
+		return stored, err
+	}
+	return stored, s.pool.SendBatch(ctx, b).Close()
+}
+
+// queueInsert adds the insert to a batch; once it has run, stored is what it stored (its state
+// is "" when the run_id already existed).
+func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assigned map[string]string, stored *storedRun) error {
 	var aRoles, aNodes []string
 	for role, node := range assigned {
 		aRoles, aNodes = append(aRoles, role), append(aNodes, node)
@@ -310,26 +374,28 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 	}
 	stepsJSON, err := json.Marshal(steps)
 	if err != nil {
-		return storedRun{}, err
+		return err
 	}
-	stored := storedRun{reason: reason, assigned: assigned}
-	err = submitInsertStmt.queryRow(ctx, s.pool, named{
+	*stored = storedRun{reason: reason}
+	submitInsertStmt.queue(b, func(row pgx.Row) error {
+		err := row.Scan(&stored.state, &stored.createdAt, &stored.position)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // the run_id exists: stored.state stays ""
+		}
+		if stored.state == Running {
+			// Only then: a run planned RUNNING is stored QUEUED when a chosen node was gone.
+			stored.assigned = assigned
+		}
+		return err
+	}, named{
 		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles),
 		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "priority": run.Priority, "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
 		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),
 		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&stored.state, &stored.createdAt, &stored.position)
-	if errors.Is(err, ErrNotFound) {
-		return storedRun{}, nil
-	}
-	if stored.state != Running {
-		// The run may have been stored QUEUED although it was planned RUNNING (a chosen node
-		// was gone): it holds no node then.
-		stored.assigned = nil
-	}
-	return stored, err
+	})
+	return nil
 }
 
 // resubmitted answers a run_id that already exists: the same request from the same owner is

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -57,10 +58,11 @@ func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, e
 		return WakeResult{}, ErrLeaseTTL
 	}
 	var res WakeResult
+	seed := strconv.FormatUint(rand.Uint64(), 36) + "/"
 	for races := 0; races < maxSweeps; {
 		res.Sweeps++
 		before := res.Promoted
-		end, err := s.sweep(ctx, &res, prefer)
+		end, err := s.sweep(ctx, &res, prefer, seed)
 		switch {
 		case err != nil:
 			return res, err
@@ -120,14 +122,14 @@ type sweepEnd struct{ raced, partial, unmet bool }
 // from fresh state when the end says so. When it saw only startNodes of the available nodes,
 // placed nothing, and a head found no nodes among them, it reads the nodes per need of the
 // heads and walks again: a head needing a rare label must not wait behind a crowd of others.
-func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (sweepEnd, error) {
+func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string, seed string) (sweepEnd, error) {
 	heads, avail, err := s.start(ctx)
 	res.NodesRead += len(avail)
 	if err != nil || len(avail) == 0 {
 		return sweepEnd{}, err
 	}
 	before := res.Promoted
-	end, err := s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer})
+	end, err := s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer, seed: seed})
 	end.partial = len(avail) == startNodes
 	if err != nil || !end.partial || !end.unmet || res.Promoted > before {
 		return end, err
@@ -137,7 +139,7 @@ func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string) (sw
 	if err != nil {
 		return end, err
 	}
-	end, err = s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer})
+	end, err = s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer, seed: seed})
 	end.partial = partial
 	return end, err
 }
@@ -149,7 +151,7 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 	for queue.Len() > 0 && free.size() > 0 {
 		h := heap.Pop(&queue).(head)
 		res.Walked++
-		assigned, unmet := match.Assign(h.Roles, free.nodes(), h.RunID)
+		assigned, unmet := match.Assign(h.Roles, free.nodes(), free.seed+h.RunID)
 		if len(unmet) > 0 {
 			end.unmet = true
 			if h.Protected {
@@ -390,9 +392,14 @@ func (q *headQueue) Pop() any {
 
 // nodeSet is the sweep's view of the available nodes: nodes it promoted onto leave it, so the
 // sweep never tries to place two runs on one node (the lease PK would refuse the second).
+//
+// seed is the wake's own: concurrent wakes read the same free nodes and meet at the same head,
+// and with the head's id alone as the seed every one of them planned the same node, all but
+// one lost it, and they walked down the list in step, a lost transaction per node.
 type nodeSet struct {
 	list   []AvailableNode
 	prefer []string
+	seed   string
 }
 
 func (s *nodeSet) size() int { return len(s.list) }

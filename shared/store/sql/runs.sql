@@ -1,10 +1,18 @@
 -- Runs: the submission's insert, and reading runs back.
 
 -- fragment: queue_position(r)
--- How many runs are ahead of r while it is QUEUED. It counts them: the deeper the queue, the
--- more a read of a queued run costs.
-CASE WHEN r.state = {{QUEUED}} THEN (SELECT count(*) FROM runs q
-    WHERE q.state = {{QUEUED}} AND {{ahead q r}}) END
+-- How many runs are ahead of r while it is QUEUED, in queue order, from queue_counts (migration
+-- 0010): the queued runs of the minutes ahead of r's, of the seconds of r's minute ahead of
+-- r's, and — counted one by one — of r's own second. Exact under any concurrency, since the
+-- counts move in the transactions that move the runs; r itself is never counted.
+CASE WHEN r.state = {{QUEUED}} THEN
+    (SELECT coalesce(sum(c.delta), 0) FROM queue_counts c WHERE c.span = 60
+        AND (c.queue_rank, c.bucket) < (r.queue_rank, queue_bucket(r.created_at, 60)))
+  + (SELECT coalesce(sum(c.delta), 0) FROM queue_counts c WHERE c.span = 1 AND c.queue_rank = r.queue_rank
+        AND c.bucket >= queue_bucket(r.created_at, 60) * 60 AND c.bucket < queue_bucket(r.created_at, 1))
+  + (SELECT count(*) FROM runs q WHERE q.state = {{QUEUED}} AND q.queue_rank = r.queue_rank
+        AND q.created_at >= to_timestamp(queue_bucket(r.created_at, 1)) AND {{ahead q r}})
+END
 
 -- fragment: run_fields(r)
 -- A whole run as clients see it, roles and steps included (scanRun reads them), but for its
