@@ -9,10 +9,10 @@ LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 # template.yaml): make build and the build-<LogicalId> targets below come from this list.
 FUNCTIONS := submit query nodes result cancel reap migrate
 
-.PHONY: help dev test stress bench migrate build cli lint clean demo
+.PHONY: help dev test stress bench bench-fleet migrate build cli lint clean demo
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
 
 dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:3000 (or $PORT), the reaper ticking
 	$(LOCAL) serve
@@ -32,6 +32,9 @@ stress: ## the concurrent stress test at its long size (make test runs it at CI 
 
 bench: ## throughput, latency and wake cost beside pgbench and River, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/
 	@$(call then_stop,(cd localdev/bench && $(GO) run . -out out),bench)
+
+bench-fleet: ## 10,000 nodes heartbeating at their real cadence while runs flow, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/fleet.md
+	@$(call then_stop,(cd localdev/bench && $(GO) run . -fleet -out out),bench)
 
 migrate: ## apply the migrations to the local database (the migrate function's code)
 	$(LOCAL) migrate

@@ -18,18 +18,21 @@ import (
 	"mediator/localdev/pgcount"
 	"mediator/shared/auth"
 	"mediator/shared/httpapi"
+	"mediator/shared/startup"
+	"mediator/shared/store"
 )
 
 // bench holds the stack and everything measured.
 type bench struct {
 	stack   *devserver.Stack
+	db      string // Mediator's database, whose statements the server-time figures sum
 	counter *pgcount.Counter
 	dur     time.Duration
 	machine string
 	rows    []row
 	rates   map[string]float64 // for the ratios and the chart
-	gw      *gateway.Gateway
-	fns     map[string]httpapi.Handler
+	figures map[string]float64 // results.json
+	api     *api
 	once    sync.Once
 	// wakeRows keep the wake's samples for the idle-cost comparison.
 	wakeRows []wakeRow
@@ -51,7 +54,15 @@ func (b *bench) rate(name string, v float64) {
 	b.rates[name] = v
 }
 
-// call invokes a handler the way API Gateway does, counting what it sent to PostgreSQL.
+// figure records one number of results.json, the figures a later run is compared with.
+func (b *bench) figure(key string, v float64) {
+	if b.figures == nil {
+		b.figures = map[string]float64{}
+	}
+	b.figures[key] = v
+}
+
+// call is one handler call's answer, how long it took and what it sent to PostgreSQL.
 type call struct {
 	status  int
 	body    []byte
@@ -60,19 +71,43 @@ type call struct {
 	txs     int64
 }
 
+// do calls the stack's handlers, configured as the environment says.
 func (b *bench) do(ctx context.Context, who auth.Principal, method, target string, body any) call {
-	b.once.Do(func() {
-		b.fns = httpapi.Functions(b.stack.Deps())
-		b.gw = &gateway.Gateway{Routes: httpapi.Routes, Functions: b.fns}
-	})
+	b.once.Do(func() { b.api = newAPI(b.stack.Deps()) })
+	return b.api.do(ctx, who, method, target, body)
+}
+
+// withLeaseTTL is the handlers as a function deployed with another LEASE_TTL_SECONDS would
+// build them (so advertising another heartbeat cadence, LEASE_TTL/3), over the same pool: the
+// store takes its lease and advert lengths from the settings it is built with.
+func (b *bench) withLeaseTTL(ttl time.Duration) *api {
+	d := b.stack.Deps()
+	d.Config.LeaseTTL = ttl
+	d.Store = store.New(d.Store.Pool(), startup.Settings(d.Config), d.Log)
+	return newAPI(d)
+}
+
+// api is every HTTP function's handler, built from one set of Deps.
+type api struct {
+	fns map[string]httpapi.Handler
+	gw  *gateway.Gateway
+}
+
+func newAPI(d startup.Deps) *api {
+	fns := httpapi.Functions(d)
+	return &api{fns: fns, gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}}
+}
+
+// do invokes a handler the way API Gateway does, counting what it sent to PostgreSQL.
+func (a *api) do(ctx context.Context, who auth.Principal, method, target string, body any) call {
 	var raw []byte
 	if body != nil {
 		raw, _ = json.Marshal(body)
 	}
-	ev, route := b.event(who, method, target, raw)
+	ev, route := a.event(who, method, target, raw)
 	ctx, counted := pgcount.WithCall(ctx)
 	start := time.Now()
-	resp, err := b.fns[route.Function](ctx, ev)
+	resp, err := a.fns[route.Function](ctx, ev)
 	took := time.Since(start)
 	if err != nil {
 		panic(err)
@@ -83,9 +118,9 @@ func (b *bench) do(ctx context.Context, who auth.Principal, method, target strin
 
 // event builds the request API Gateway sends, by hand: in AWS that work is API Gateway's, not
 // the function's, so it should not take the CPU the benchmark shares with PostgreSQL.
-func (b *bench) event(who auth.Principal, method, target string, body []byte) (events.APIGatewayV2HTTPRequest, httpapi.Route) {
+func (a *api) event(who auth.Principal, method, target string, body []byte) (events.APIGatewayV2HTTPRequest, httpapi.Route) {
 	path := strings.SplitN(target, "?", 2)[0]
-	route, params, ok := b.gw.Match(method, path)
+	route, params, ok := a.gw.Match(method, path)
 	if !ok {
 		panic("no route for " + method + " " + path)
 	}
@@ -146,6 +181,9 @@ func ms(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
 }
+
+// secs writes a whole-ish duration as the table does: "20 s", "0.5 s".
+func secs(d time.Duration) string { return fmt.Sprintf("%g s", d.Seconds()) }
 
 func perSec(v float64, unit string) string { return fmt.Sprintf("%.0f %s/s", v, unit) }
 

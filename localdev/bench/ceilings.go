@@ -23,34 +23,57 @@ import (
 )
 
 // pgbench measures what the same server does with the simplest transactions there are:
-// TPC-B (five statements) and simple-update (three), 8 clients.
+// TPC-B (five statements) and simple-update (three), 8 clients; and the server's time per
+// transaction, as the lifecycle's is measured (serverTime), to compare the two.
 func (b *bench) pgbench(ctx context.Context) error {
 	bin, err := pgbenchBinary()
 	if err != nil {
 		return err
 	}
-	dbURL, err := b.database(ctx, "pgbench_bench")
+	const db = "pgbench_bench"
+	dbURL, err := b.database(ctx, db)
 	if err != nil {
 		return err
 	}
 	if out, err := exec.CommandContext(ctx, bin, "-i", "-q", "-s", "10", dbURL).CombinedOutput(); err != nil {
 		return fmt.Errorf("pgbench -i: %w: %s", err, out)
 	}
-	for _, mode := range []struct{ name, builtin string }{{"TPC-B", "tpcb-like"}, {"simple-update", "simple-update"}} {
+	for _, mode := range []struct{ name, builtin, key string }{{"TPC-B", "tpcb-like", "tpcb"}, {"simple-update", "simple-update", "simple_update"}} {
+		if err := b.resetServerTime(ctx, db); err != nil {
+			return err
+		}
 		out, err := exec.CommandContext(ctx, bin, "-n", "-c", "8", "-j", "2", "-T", strconv.Itoa(int(b.dur.Seconds())),
 			"-b", mode.builtin, dbURL).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("pgbench %s: %w: %s", mode.name, err, out)
 		}
-		m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
-		if m == nil {
-			return fmt.Errorf("pgbench %s printed no tps:\n%s", mode.name, out)
+		tps, okTPS := pgbenchFigure(out, `tps = ([0-9.]+)`)
+		txs, okTxs := pgbenchFigure(out, `number of transactions actually processed: ([0-9]+)`)
+		if !okTPS || !okTxs || txs == 0 {
+			return fmt.Errorf("pgbench %s printed no tps or transaction count:\n%s", mode.name, out)
 		}
-		tps, _ := strconv.ParseFloat(string(m[1]), 64)
+		server, err := b.serverTime(ctx, db)
+		if err != nil {
+			return err
+		}
+		perTx := total(server) / txs
 		b.rate("pgbench "+mode.name, tps)
-		b.add(row{measure: "ceiling: pgbench " + mode.name + " (8 clients, same server)", value: perSec(tps, "tx")})
+		b.figure("pgbench_"+mode.key+"_tps", tps)
+		b.figure("pgbench_"+mode.key+"_server_ms_per_tx", perTx)
+		b.add(row{measure: "ceiling: pgbench " + mode.name + " (8 clients, same server)",
+			value: perSec(tps, "tx") + fmt.Sprintf(", %.3f ms server time each", perTx)})
 	}
 	return nil
+}
+
+// pgbenchFigure reads the number pattern's group matches in pgbench's report.
+func pgbenchFigure(out []byte, pattern string) (float64, bool) {
+	m := regexp.MustCompile(pattern).FindSubmatch(out)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	return v, err == nil
 }
 
 func pgbenchBinary() (string, error) {
@@ -116,6 +139,7 @@ func (b *bench) river(ctx context.Context) error {
 	}
 	rate := float64(n) / b.dur.Seconds()
 	b.rate("river insert", rate)
+	b.figure("river_insert_jobs_per_s", rate)
 	b.add(latencyRow("River: insert one no-op job per call (8 goroutines)", perSec(rate, "jobs")+", "+cpuPer(cpu, int64(n)), ins, ""))
 
 	// The insert-only run left its jobs behind: the end-to-end run starts from an empty table.
@@ -150,6 +174,7 @@ func (b *bench) river(ctx context.Context) error {
 	defer cancel()
 	_ = client.Stop(stop)
 	b.rate("river e2e", rate)
+	b.figure("river_end_to_end_jobs_per_s", rate)
 	b.add(row{measure: "River: insert and work no-op jobs (8 inserters, 100 workers)", value: perSec(rate, "jobs") + ", " + cost})
 	return nil
 }
@@ -197,6 +222,12 @@ func (b *bench) ratios() {
 	add("ratio: submit 201 / River insert", "submit 201", "river insert", 1, "≥ 0.6")
 	add("ratio: lifecycle / River end-to-end", "lifecycle", "river e2e", 1, "≥ 0.25")
 	add(fmt.Sprintf("ratio: lifecycle × %.1f transactions / pgbench TPC-B (how near the server's ceiling)", r["lifecycle tx"]), "lifecycle", "pgbench TPC-B", r["lifecycle tx"], "")
+	f := b.figures
+	if run, tx := f["lifecycle_server_ms_per_run"], f["pgbench_simple_update_server_ms_per_tx"]; run > 0 && tx > 0 {
+		b.figure("lifecycle_server_ms_per_run_ratio_to_pgbench", run/tx)
+		b.add(row{measure: "ratio: lifecycle server time per run / pgbench simple-update server time per transaction",
+			value: fmt.Sprintf("%.1f", run/tx)})
+	}
 }
 
 // goal reads the number out of a target such as "≥ 0.6".

@@ -1,17 +1,21 @@
 // Command bench measures Mediator where users feel it — what a submit costs, how many runs a
 // fleet turns over per second, what a wake costs at any queue depth — against the ceilings of
 // the PostgreSQL it runs on (pgbench) and against River on the same server, in one run. It
-// prints one table and writes it as Markdown and as a PNG chart (make bench).
+// prints one table and writes it as Markdown, its figures as JSON and a PNG chart (make bench).
+// With -fleet it measures a large fleet heartbeating at its real cadence instead (make
+// bench-fleet).
 //
 // It is its own module so River and the chart's font stay out of the Lambda module.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -26,10 +30,13 @@ import (
 )
 
 var (
-	outDir  = flag.String("out", "out", "where results.md and results.png go")
+	outDir  = flag.String("out", "out", "where results.md, results.json and results.png go (fleet.md and fleet.json with -fleet)")
 	seconds = flag.Int("seconds", 10, "length of each throughput section")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	only    = flag.String("only", "", "run only these sections, comma-separated (wake,submit,alone,lifecycle,pgbench,river)")
+	only    = flag.String("only", "", "run only these sections, comma-separated (alone,wake,submit,pickup,lifecycle,pgbench,river)")
+	fleet   = flag.Bool("fleet", false, "instead of the sections, a fleet of -fleet-nodes heartbeating at the advertised cadence while runs flow (make bench-fleet)")
+	fleetN  = flag.Int("fleet-nodes", 10000, "how many nodes -fleet simulates")
+	fleetW  = flag.Duration("fleet-window", 60*time.Second, "how long -fleet measures, after one heartbeat cycle of ramp")
 )
 
 func main() {
@@ -65,15 +72,26 @@ func run(ctx context.Context) error {
 		tracer = append(tracer, prof)
 	}
 	s, err := devserver.Open(ctx, devserver.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet,
-		Tracer: tracer, Settings: prof.settings()})
+		Tracer: tracer, Settings: statementSettings})
 	defer s.Stop()
 	if err != nil {
 		return err
 	}
 	prof.pool = s.Store.Pool()
 	b := &bench{stack: s, counter: counter, dur: time.Duration(*seconds) * time.Second}
+	if err := b.checkStatements(ctx); err != nil {
+		return err
+	}
 	b.machine = machine(b.pgVersion(ctx))
 	fmt.Printf("Mediator benchmark on %s\n\n", b.machine)
+	if *fleet {
+		prof.reset(ctx)
+		if err := b.fleet(ctx); err != nil {
+			return fmt.Errorf("fleet: %w", err)
+		}
+		prof.report(ctx, "fleet")
+		return b.write("fleet", "make bench-fleet", began)
+	}
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
@@ -81,6 +99,7 @@ func run(ctx context.Context) error {
 		{"alone", b.alone}, // first: one call at a time on a quiet server
 		{"wake", b.wakes},  // it needs the queue to itself
 		{"submit", b.submits},
+		{"pickup", b.pickup},
 		{"lifecycle", b.lifecycle},
 		{"pgbench", b.pgbench},
 		{"river", b.river},
@@ -97,21 +116,37 @@ func run(ctx context.Context) error {
 		prof.report(ctx, st.name)
 	}
 	b.ratios()
+	if err := b.write("results", "make bench", began); err != nil {
+		return err
+	}
+	return writeChart(filepath.Join(*outDir, "results.png"), b)
+}
+
+// write prints the table and writes it as <name>.md, and the figures as <name>.json: one flat
+// object of numbers, for comparing runs.
+func (b *bench) write(name, target string, began time.Time) error {
 	table := b.table()
 	fmt.Println()
 	fmt.Println(table)
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
-	md := fmt.Sprintf("Measured %s on %s (`make bench`, %s).\n\n%s", time.Now().UTC().Format("2006-01-02"), b.machine,
+	md := fmt.Sprintf("Measured %s on %s (`%s`, %s).\n\n%s", time.Now().UTC().Format("2006-01-02"), b.machine, target,
 		time.Since(began).Round(time.Second), table)
-	if err := os.WriteFile(filepath.Join(*outDir, "results.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(*outDir, name+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}
-	if err := writeChart(filepath.Join(*outDir, "results.png"), b); err != nil {
+	for k, v := range b.figures {
+		b.figures[k] = math.Round(v*1e4) / 1e4
+	}
+	raw, err := json.MarshalIndent(b.figures, "", "  ")
+	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s and %s in %s\n", filepath.Join(*outDir, "results.md"), filepath.Join(*outDir, "results.png"), time.Since(began).Round(time.Second))
+	if err := os.WriteFile(filepath.Join(*outDir, name+".json"), append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s.md and %s.json in %s in %s\n", name, name, *outDir, time.Since(began).Round(time.Second))
 	return nil
 }
 

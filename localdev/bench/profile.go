@@ -15,8 +15,7 @@ import (
 
 // profiler sums time per statement when BENCH_PROFILE is set: where a section's database time
 // goes, to find what to make faster. The client side is wall time per round trip (waits
-// included); the server side is pg_stat_statements' execution time, which the bench cluster
-// then loads.
+// included); the server side is pg_stat_statements' execution time (statementSettings).
 type profiler struct {
 	mu    sync.Mutex
 	stats map[string]*stat
@@ -24,15 +23,6 @@ type profiler struct {
 }
 
 func profiling() bool { return os.Getenv("BENCH_PROFILE") != "" }
-
-// settings are the server settings profiling needs (a cluster already running without them
-// must be stopped first: make clean, or mediatorlocal stop bench).
-func (p *profiler) settings() []string {
-	if !profiling() {
-		return nil
-	}
-	return []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all", "pg_stat_statements.track_planning=on"}
-}
 
 func (p *profiler) reset(ctx context.Context) {
 	if !profiling() {

@@ -34,6 +34,7 @@ func (b *bench) submits(ctx context.Context) error {
 	}
 	rate := float64(n) / took.Seconds()
 	b.rate("submit 201", rate)
+	b.figure("submit_201_runs_per_s", rate)
 	title := "submit → 201 RUNNING (8 clients)"
 	if queuedToo > 0 {
 		title = fmt.Sprintf("submit → 201 RUNNING (8 clients; %d of %d answered 202: queued on losing a board to a concurrent submit, or behind one that did, then placed by the wake)", queuedToo, n)
@@ -61,10 +62,17 @@ func (b *bench) submits(ctx context.Context) error {
 	}
 	rate = float64(n) / took.Seconds()
 	b.rate("submit 202", rate)
+	b.figure("submit_202_runs_per_s", rate)
 	b.add(latencyRow(fmt.Sprintf("submit → 202 QUEUED (8 clients, queue 0→%d)", n), perSec(rate, "runs")+", "+cpuPer(cpu, int64(n)), queued,
 		verdict(queued.pct(0.99) < 6*time.Millisecond, "p99 < 6 ms")))
-	// The lifecycle gets a fleet of its own: the boards and the pool leave (their runs end).
-	if err := b.exec(ctx, `UPDATE steps SET state = 'SKIPPED', finished_at = now() WHERE state = 'PENDING';
+	// The sections after it bring fleets of their own: the boards and the pool leave.
+	return b.endAll(ctx)
+}
+
+// endAll ends every unfinished run and removes the fleet, so the next section starts from
+// nothing.
+func (b *bench) endAll(ctx context.Context) error {
+	if err := b.exec(ctx, `UPDATE steps SET state = 'SKIPPED', finished_at = now() WHERE state IN ('PENDING', 'RUNNING');
 		DELETE FROM leases; UPDATE runs SET state = 'FAILED', reason = 'cancelled', finished_at = now(), deadline_at = NULL
 		WHERE state IN ('QUEUED', 'RUNNING'); DELETE FROM nodes`); err != nil {
 		return err
@@ -124,4 +132,21 @@ func oneStep(id, need string) map[string]any {
 func (b *bench) exec(ctx context.Context, sql string) error {
 	_, err := b.stack.Store.Pool().Exec(ctx, sql)
 	return err
+}
+
+// setup runs sql in one transaction without the statement timeout the pool's connections
+// carry for requests: the bench's bulk writes are not requests.
+func (b *bench) setup(ctx context.Context, sql string) error {
+	tx, err := b.stack.Store.Pool().Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"mediator/localdev/pgcount"
+	"mediator/shared/auth"
 )
 
 // wakes measures one WakeQueued at queue depths 0, 1,000, 10,000 and 100,000: with no node
@@ -68,14 +70,87 @@ func (b *bench) wakes(ctx context.Context) error {
 		}
 	}
 	b.judgeIdleWake()
+	if err := b.queueReads(ctx, seeded); err != nil {
+		return err
+	}
 	// The rest of the benchmark starts from an empty queue — and from vacuumed indexes: a
 	// hundred thousand runs leaving the queue at once leave as many dead entries in its
 	// partial indexes, which every later "is anything queued?" would walk until autovacuum came.
-	if err := b.exec(ctx, `UPDATE steps SET state = 'SKIPPED', finished_at = now() WHERE run_id LIKE 'w-%' AND state = 'PENDING';
+	if err := b.setup(ctx, `UPDATE steps SET state = 'SKIPPED', finished_at = now() WHERE run_id LIKE 'w-%' AND state = 'PENDING';
 		UPDATE runs SET state = 'FAILED', reason = 'queue_timeout', finished_at = now() WHERE run_id LIKE 'w-%' AND state = 'QUEUED'`); err != nil {
 		return err
 	}
 	return b.vacuum(ctx)
+}
+
+// queueReads times, while depth runs are queued, what a user asks of a deep queue through the
+// handlers: where a run near the tail stands (GET /v1/runs/{id}, whose answer counts the runs
+// ahead of it), and the queue by kind (GET /v1/queue, as an admin). Both read the counts the
+// queue keeps per minute and second of arrival, which the reaper folds each minute: the reads
+// are timed as the submits left them, then after the reaper's sweep.
+func (b *bench) queueReads(ctx context.Context, depth int) error {
+	tail := fmt.Sprintf("w-%07d", depth-10)
+	owner := auth.Principal{Kind: auth.Client, ID: "bench"} // the seeded runs' owner
+	admin := auth.Principal{Kind: auth.Admin, ID: "bench"}
+	var fleet int
+	if err := b.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM nodes`).Scan(&fleet); err != nil {
+		return err
+	}
+	for _, folded := range []bool{false, true} {
+		if folded {
+			if err := b.reapOnce(ctx); err != nil {
+				return err
+			}
+		}
+		position, view := &samples{}, &samples{}
+		var run struct {
+			Run struct {
+				QueuePosition *int `json:"queue_position"`
+			} `json:"run"`
+		}
+		for range 50 {
+			c := b.do(ctx, owner, "GET", "/v1/runs/"+tail, nil)
+			if err := json.Unmarshal(c.body, &run); err != nil || c.status != 200 || run.Run.QueuePosition == nil ||
+				*run.Run.QueuePosition < depth*9/10 {
+				return fmt.Errorf("GET /v1/runs/%s with %d queued: %d %s", tail, depth, c.status, c.body)
+			}
+			position.add(c)
+			if c = b.do(ctx, admin, "GET", "/v1/queue", nil); c.status != 200 {
+				return fmt.Errorf("GET /v1/queue: %d %s", c.status, c.body)
+			}
+			view.add(c)
+		}
+		state, key := "after the reaper's fold and a vacuum", ""
+		if !folded {
+			state, key = "as the submits left the counts", "_unfolded"
+		}
+		b.figure("queue_position_ms_at_100k"+key, msOf(position.pct(0.5)))
+		b.figure("queue_view_ms_at_100k"+key, msOf(view.pct(0.5)))
+		b.figure("queue_position_at_100k", float64(*run.Run.QueuePosition))
+		b.figure("queue_view_fleet_nodes", float64(fleet))
+		b.add(latencyRow(fmt.Sprintf("GET /v1/runs/{id}, %s queued, %s: queue_position %s", thousands(depth), state, thousands(*run.Run.QueuePosition)),
+			"", position, verdict(position.pct(0.5) <= 5*time.Millisecond, "median ≤ 5 ms")))
+		b.add(latencyRow(fmt.Sprintf("GET /v1/queue (admin), %s queued, %s; nodes in the fleet: %d", thousands(depth), state, fleet),
+			"", view, verdict(view.pct(0.5) <= 20*time.Millisecond, "median ≤ 20 ms")))
+	}
+	return nil
+}
+
+// reapOnce runs the reaper's sweep, which also folds the queue's counts, then vacuums the
+// counts as autovacuum does soon after a fold (the table's thresholds are set low for that):
+// until then a read walks the folded rows' dead index entries. The wake node is free: the
+// sweep's wake places the head on it, and it is put back.
+func (b *bench) reapOnce(ctx context.Context) error {
+	sum, err := b.stack.Store.Reap(ctx)
+	if err != nil {
+		return err
+	}
+	if sum.Promoted+sum.Stranded > 0 {
+		if err := b.requeue(ctx); err != nil {
+			return err
+		}
+	}
+	return b.exec(ctx, `VACUUM (ANALYZE) queue_counts`)
 }
 
 // vacuum does what autovacuum would between sections, so no section pays for the last one's churn.
@@ -110,12 +185,13 @@ type wakeRow struct {
 }
 
 // seedQueue writes queued runs from..to straight into the tables: the benchmark measures the
-// wake, not a hundred thousand submits.
+// wake, not a hundred thousand submits. It is setup, not a request: the request's statement
+// timeout does not bound it.
 func (b *bench) seedQueue(ctx context.Context, from, to int) error {
 	if to <= from {
 		return nil
 	}
-	return b.exec(ctx, fmt.Sprintf(`
+	return b.setup(ctx, fmt.Sprintf(`
 		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, created_at)
 		SELECT 'w-' || lpad(i::text, 7, '0'), 'client:bench', 'QUEUED', '\x00', '[["wake"]]', 1, 1000000,
 		       now() - interval '1 hour' + i * interval '1 millisecond'

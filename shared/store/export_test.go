@@ -63,10 +63,12 @@ func SpreadSeed(runID string) float64 { return spreadSeed(runID) }
 // WalkFree is how far that walk goes each way.
 const WalkFree = walkFree
 
-// StartNodes and PerNeed bound what a sweep reads of a large set of free nodes.
+// StartNodes and PerNeed bound what a sweep reads of a large set of free nodes;
+// MaxWakeSweeps how many sweeps one wake makes.
 const (
-	StartNodes = startNodes
-	PerNeed    = perNeed
+	StartNodes    = startNodes
+	PerNeed       = perNeed
+	MaxWakeSweeps = maxWakeSweeps
 )
 
 // InsertPlaced stores run RUNNING on the nodes assigned, as Submit does after a match that

@@ -45,6 +45,12 @@ const (
 // own commit, so a few sweeps are enough to never leave a run next to a free node.
 const maxSweeps = 4
 
+// maxWakeSweeps bounds all of one wake's sweeps. In a large idle fleet a wake sweeps again as
+// long as it places runs, and under a steady stream of arrivals that never ends by itself: the
+// handler would answer only when the stream paused. What it leaves is the next wake's — every
+// submit that queues a run wakes after its commit.
+const maxWakeSweeps = 8
+
 // WakeQueued promotes queued runs onto available nodes: in queue order among
 // runs that compete for the same nodes, past runs that cannot be placed (backfill), but never
 // onto a node a run older than STARVATION_SECONDS could use. One transaction per promotion,
@@ -59,7 +65,7 @@ func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, e
 	}
 	var res WakeResult
 	seed := strconv.FormatUint(rand.Uint64(), 36) + "/"
-	for races := 0; races < maxSweeps; {
+	for races := 0; races < maxSweeps && res.Sweeps < maxWakeSweeps; {
 		res.Sweeps++
 		before := res.Promoted
 		end, err := s.sweep(ctx, &res, prefer, seed)

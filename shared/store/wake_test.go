@@ -316,6 +316,26 @@ func TestWakePlacesAQueueLongerThanItsView(t *testing.T) {
 	env.CheckInvariants()
 }
 
+// One wake stops after MaxWakeSweeps sweeps however much is left to place, so its handler
+// answers; the next wake places the rest.
+func TestAWakeMakesBoundedSweeps(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	const runs = (store.MaxWakeSweeps + 1) * store.StartNodes
+	for i := range runs {
+		env.Submit(waiting(fmt.Sprintf("q-%03d", i), "board"))
+	}
+	idleBoards(env, runs+100)
+	first := env.Wake()
+	if first.Sweeps != store.MaxWakeSweeps || first.Promoted != store.MaxWakeSweeps*store.StartNodes {
+		t.Fatalf("first wake of %d queued runs onto %d idle boards: %d sweeps, %d promoted", runs, runs+100, first.Sweeps, first.Promoted)
+	}
+	if second := env.Wake(); second.Promoted != runs-first.Promoted || env.Count(`SELECT count(*) FROM runs WHERE state = 'QUEUED'`) != 0 {
+		t.Fatalf("second wake: %d promoted", second.Promoted)
+	}
+	env.CheckInvariants()
+}
+
 // A run needing a board and the one free GPU is placed even when the wake's first read of a
 // crowd of idle boards did not include the GPU: it reads the nodes per need and walks again.
 func TestWakeFindsTheRareNodeAmongACrowd(t *testing.T) {
