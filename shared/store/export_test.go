@@ -133,3 +133,6 @@ func RunnableInGo(steps []TestStep, i int, cancelling bool) bool {
 	}
 	return rs[i].State == Pending && !cancelling && runnable(rs, rs[i])
 }
+
+// WakeStartSQL is the wake's first statement as s sends it.
+func WakeStartSQL(s *Store) string { return s.wakeStart.sql }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,6 +315,33 @@ func TestWakePlacesAQueueLongerThanItsView(t *testing.T) {
 		t.Fatalf("wake of %d queued runs onto %d idle boards: %+v", runs, runs+100, res)
 	}
 	env.CheckInvariants()
+}
+
+// The wake's first statement finds each shape's head by index lookups at any depth: planned
+// at 10,000 queued runs, it must not scan or hash the queued runs (or their roles) to join the
+// heads, which made an idle wake cost twenty times more there than at 100,000.
+func TestWakeStartLooksHeadsUp(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Exec(`INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts)
+		SELECT 'q-' || i, 'client:c', 'QUEUED', '\x00', '[["board"]]', 1, 1 FROM generate_series(1, 10000) i;
+		INSERT INTO run_roles (run_id, role, ordinal, needs) SELECT 'q-' || i, 'main', 0, '{board}' FROM generate_series(1, 10000) i;
+		ANALYZE runs; ANALYZE run_roles`)
+	var plan string
+	rows, err := env.Store.Pool().Query(context.Background(), "EXPLAIN "+store.WakeStartSQL(env.Store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan += line + "\n"
+	}
+	if strings.Contains(plan, "Seq Scan on runs") || strings.Contains(plan, "Seq Scan on run_roles") {
+		t.Fatalf("the wake's start reads the whole queue:\n%s", plan)
+	}
 }
 
 // One wake stops after MaxWakeSweeps sweeps however much is left to place, so its handler

@@ -26,9 +26,10 @@ coalesce(
 -- The shapes come from a skip-scan over runs_queue_by_shape, each head from two index lookups
 -- (head_of_shape): the cost grows with the number of shapes, not the depth of the queue. Every
 -- "first of a shape" orders by shape first, which the equality makes no different, so that the
--- plan walks the shape's index; the needs are looked up per head, OFFSET 0 keeping it a lookup
--- (as a join, a plan made at one depth read all of run_roles at another). A node no head could
--- use is of no use to any queued run.
+-- plan walks the shape's index; each head and its needs are looked up per shape, OFFSET 0
+-- keeping each a lookup: as a join, a plan made at one depth read all of run_roles at another,
+-- and hashed every queued run to find the heads (TestWakeStartLooksHeadsUp). A node no head
+-- could use is of no use to any queued run.
 /* wake: start */
 WITH RECURSIVE shapes(shape) AS (
     (SELECT shape FROM runs WHERE state = {{QUEUED}} ORDER BY shape LIMIT 1)
@@ -37,7 +38,7 @@ WITH RECURSIVE shapes(shape) AS (
     FROM shapes s WHERE s.shape IS NOT NULL
 ), heads AS (
     SELECT h.* FROM shapes s CROSS JOIN LATERAL (
-        SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}}
+        SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}} OFFSET 0
     ) h(run_id, shape, created_at, queue_rank, protected, roles)
     WHERE s.shape IS NOT NULL
 ), needs AS (
