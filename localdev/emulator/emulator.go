@@ -165,6 +165,24 @@ func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Fun
 // directory, runner being what runs a bootstrap built for another machine (Arm64Runner); an
 // empty runner runs the bootstrap itself.
 func StartUnder(ctx context.Context, rie, runner, bootstrap, name string, env []string) (*Function, error) {
+	// A port freeAddrs chose can be taken by another process before the emulator binds it;
+	// the emulator then exits, and a fresh pair of ports is tried.
+	var err error
+	for range 3 {
+		var f *Function
+		if f, err = startOnce(ctx, rie, runner, bootstrap, name, env); err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, errExited) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+var errExited = errors.New("the emulator exited")
+
+func startOnce(ctx context.Context, rie, runner, bootstrap, name string, env []string) (*Function, error) {
 	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -194,25 +212,68 @@ func StartUnder(ctx context.Context, rie, runner, bootstrap, name string, env []
 	return f, nil
 }
 
-// waitListening waits for the emulator's port to accept connections (it listens right after
-// it starts; the function itself starts on the first invoke, as a cold start does).
+// waitListening waits for the emulator to listen on its port (it does right after it starts;
+// the function itself starts on the first invoke, as a cold start does). Where the system
+// says which process holds a socket (Linux), it waits for the emulator's own listener: a port
+// taken by another process before the emulator bound it also accepts connections, and the
+// test then talked to whatever that was — until it went, and an invoke was refused.
 func (f *Function) waitListening(ctx context.Context) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-f.done:
-			return fmt.Errorf("the emulator for %s exited:\n%s", f.Name, f.out.String())
+			return fmt.Errorf("%w: %s:\n%s", errExited, f.Name, f.out.String())
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", f.addr, 100*time.Millisecond); err == nil {
+		if owns, known := listensOn(f.cmd.Process.Pid, f.addr); known {
+			if owns {
+				return nil
+			}
+		} else if c, err := net.DialTimeout("tcp", f.addr, 100*time.Millisecond); err == nil {
 			c.Close()
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("the emulator for %s is not listening on %s", f.Name, f.addr)
+}
+
+// listensOn says whether process pid holds a listening TCP socket on addr's port, from /proc;
+// known is false where there is no /proc to ask.
+func listensOn(pid int, addr string) (owns, known bool) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, false
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return false, false
+	}
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false, false
+	}
+	want := fmt.Sprintf(":%04X", n)
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		fields := strings.Fields(line)
+		if len(fields) > 9 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" { // 0A: LISTEN
+			inodes["socket:["+fields[9]+"]"] = true
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, true
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[link] {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // Invoke sends one event and returns the function's response payload.
