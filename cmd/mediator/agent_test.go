@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"mediator/cmd/mediator/agent"
+	"mediator/localdev/agentlog"
 	"mediator/localdev/apitest"
 	"mediator/localdev/gateway"
 	"mediator/shared/client"
@@ -84,7 +84,7 @@ type agentProc struct {
 	node   string
 	work   string
 	cmd    *exec.Cmd
-	log    *logRecords
+	log    *agentlog.Log
 	exited chan struct{}
 	code   int
 }
@@ -122,9 +122,9 @@ func startAgent(t *testing.T, base, node string, o agentOpts) *agentProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{t: t, node: node, work: o.work, cmd: cmd, log: &logRecords{changed: make(chan struct{})}, exited: make(chan struct{})}
+	p := &agentProc{t: t, node: node, work: o.work, cmd: cmd, log: agentlog.New(nil), exited: make(chan struct{})}
 	go func() {
-		p.log.consume(stderr)
+		p.log.Read(stderr)
 		err := cmd.Wait()
 		var exit *exec.ExitError
 		switch {
@@ -142,7 +142,7 @@ func startAgent(t *testing.T, base, node string, o agentOpts) *agentProc {
 		// What its steps still run: the agent's own start-up reaping, as its next boot would.
 		_, _, _ = agent.KillLeftovers(filepath.Join(o.work, "pgroups"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if t.Failed() || os.Getenv("AGENT_TEST_LOG") != "" {
-			t.Logf("agent %s logged:\n%s", node, p.log.text())
+			t.Logf("agent %s logged:\n%s", node, p.log.Text())
 		}
 	})
 	return p
@@ -152,21 +152,13 @@ func startAgent(t *testing.T, base, node string, o agentOpts) *agentProc {
 // attributes include attrs ("key", "value", ...), taking the records in order, and returns it.
 func (p *agentProc) waitFor(msg string, attrs ...string) map[string]any {
 	p.t.Helper()
-	deadline := time.After(patience)
-	for {
-		rec, changed, closed := p.log.next(msg, attrs)
-		if rec != nil {
-			return rec
-		}
-		if closed {
-			p.t.Fatalf("agent %s ended without logging %q %v; it logged:\n%s", p.node, msg, attrs, p.log.text())
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			p.t.Fatalf("agent %s never logged %q %v; it logged:\n%s", p.node, msg, attrs, p.log.text())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	rec, err := p.log.Wait(ctx, msg, attrs...)
+	if err != nil {
+		p.t.Fatalf("agent %s: %v; it logged:\n%s", p.node, err, p.log.Text())
 	}
+	return rec
 }
 
 // record is the first record with msg, whatever was waited for before.
@@ -176,22 +168,11 @@ func (p *agentProc) record(msg string) map[string]any {
 	if i < 0 {
 		p.t.Fatalf("agent %s never logged %q", p.node, msg)
 	}
-	p.log.mu.Lock()
-	defer p.log.mu.Unlock()
-	return p.log.records[i]
+	return p.log.Record(i)
 }
 
 // index is the position of the first record with msg, or -1.
-func (p *agentProc) index(msg string, attrs ...string) int {
-	p.log.mu.Lock()
-	defer p.log.mu.Unlock()
-	for i, rec := range p.log.records {
-		if matches(rec, msg, attrs) {
-			return i
-		}
-	}
-	return -1
-}
+func (p *agentProc) index(msg string, attrs ...string) int { return p.log.Index(msg, attrs...) }
 
 func (p *agentProc) signal(sig syscall.Signal) {
 	p.t.Helper()
@@ -207,7 +188,7 @@ func (p *agentProc) wait() int {
 	case <-p.exited:
 		return p.code
 	case <-time.After(patience):
-		p.t.Fatalf("agent %s did not exit; it logged:\n%s", p.node, p.log.text())
+		p.t.Fatalf("agent %s did not exit; it logged:\n%s", p.node, p.log.Text())
 		return 0
 	}
 }
@@ -219,71 +200,6 @@ func (p *agentProc) running() bool {
 	default:
 		return true
 	}
-}
-
-// logRecords is an agent's JSON log, record by record, with a channel closed at each new one.
-type logRecords struct {
-	mu      sync.Mutex
-	records []map[string]any
-	lines   []string
-	cursor  int
-	closed  bool
-	changed chan struct{}
-}
-
-func (l *logRecords) consume(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) != nil {
-			rec = map[string]any{"msg": line}
-		}
-		l.mu.Lock()
-		l.records = append(l.records, rec)
-		l.lines = append(l.lines, line)
-		close(l.changed)
-		l.changed = make(chan struct{})
-		l.mu.Unlock()
-	}
-	l.mu.Lock()
-	l.closed = true
-	close(l.changed)
-	l.changed = make(chan struct{})
-	l.mu.Unlock()
-}
-
-func (l *logRecords) next(msg string, attrs []string) (map[string]any, chan struct{}, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for l.cursor < len(l.records) {
-		rec := l.records[l.cursor]
-		l.cursor++
-		if matches(rec, msg, attrs) {
-			return rec, nil, false
-		}
-	}
-	return nil, l.changed, l.closed
-}
-
-func (l *logRecords) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-func matches(rec map[string]any, msg string, attrs []string) bool {
-	m, _ := rec["msg"].(string)
-	if !strings.HasPrefix(m, msg) {
-		return false
-	}
-	for i := 0; i+1 < len(attrs); i += 2 {
-		if fmt.Sprint(rec[attrs[i]]) != attrs[i+1] {
-			return false
-		}
-	}
-	return true
 }
 
 func logTime(t *testing.T, rec map[string]any) time.Time {
@@ -725,7 +641,7 @@ func TestAgentReportsWhatItDroppedWhenTheLeaseComesBack(t *testing.T) {
 			if n.index("step reported", "run", "g", "status", "failed", "step_state", "PENDING") < 0 || n.index("the lease is renewed again", "run", "g") < 0 {
 				t.Fatal("the dropped try was not reported failed, or the lease did not come back")
 			}
-			if n.index("lease taken") != n.index("lease taken", "run", "g", "epoch", "1") || strings.Count(n.log.text(), `"lease taken"`) != 1 {
+			if n.index("lease taken") != n.index("lease taken", "run", "g", "epoch", "1") || strings.Count(n.log.Text(), `"lease taken"`) != 1 {
 				t.Fatal("the lease came back as another")
 			}
 			r := getRun(t, base, "g").Run

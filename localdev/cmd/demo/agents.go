@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"mediator/localdev/agentlog"
 )
 
 // buildMediator builds the mediator binary into dir, with the go tool of the toolchain this
@@ -49,13 +49,10 @@ type agentProc struct {
 	node, work string
 	cmd        *exec.Cmd
 	say        func(string)
+	log        *agentlog.Log
 
-	mu      sync.Mutex
-	records []map[string]any
-	cursor  int  // the records waitFor has consumed
-	closed  bool // its output ended
-	quiet   bool // being stopped: nothing more is narrated
-	changed chan struct{}
+	mu    sync.Mutex
+	quiet bool // being stopped: nothing more is narrated
 
 	exited chan struct{}
 	code   int // once exited: the exit code, -1 when a signal ended it
@@ -88,9 +85,10 @@ func startAgent(bin, base, node, work string, labels []string, say func(string))
 		r.Close()
 		return nil, fmt.Errorf("starting the agent of %s: %w", node, err)
 	}
-	a := &agentProc{node: node, work: work, cmd: cmd, say: say, changed: make(chan struct{}), exited: make(chan struct{})}
+	a := &agentProc{node: node, work: work, cmd: cmd, say: say, exited: make(chan struct{})}
+	a.log = agentlog.New(a.narrate)
 	go func() {
-		a.consume(r)
+		a.log.Read(r)
 		r.Close()
 		err := cmd.Wait()
 		a.code, a.how = 0, "exited 0"
@@ -112,32 +110,15 @@ func startAgent(bin, base, node, work string, labels []string, say func(string))
 	return a, nil
 }
 
-// consume reads the agent's log to its end, narrating each record before it can be waited
-// on, so the lines a wait was for are printed above what the demo says next.
-func (a *agentProc) consume(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) != nil {
-			rec = map[string]any{"msg": sc.Text(), "raw": true}
-		}
-		a.mu.Lock()
-		quiet := a.quiet
-		a.mu.Unlock()
-		if s := narrate(rec); s != "" && !quiet {
-			a.say(a.node + ": " + s)
-		}
-		a.mu.Lock()
-		a.records = append(a.records, rec)
-		close(a.changed)
-		a.changed = make(chan struct{})
-		a.mu.Unlock()
-	}
+// narrate says each record in short human form as it is read, before it can be waited on, so
+// the lines a wait was for are printed above what the demo says next.
+func (a *agentProc) narrate(rec map[string]any) {
 	a.mu.Lock()
-	a.closed = true
-	close(a.changed)
+	quiet := a.quiet
 	a.mu.Unlock()
+	if s := narrate(rec); s != "" && !quiet {
+		a.say(a.node + ": " + s)
+	}
 }
 
 // narrate is a record in short human form, "" for what the demo leaves out.
@@ -196,50 +177,21 @@ func narrate(rec map[string]any) string {
 // whose attributes include attrs ("key", "value", ...), and returns it. ctx's deadline only
 // turns an agent that never gets there into a failure instead of a hang.
 func (a *agentProc) waitFor(ctx context.Context, msg string, attrs ...string) (map[string]any, error) {
-	for {
-		a.mu.Lock()
-		for a.cursor < len(a.records) {
-			rec := a.records[a.cursor]
-			a.cursor++
-			if matches(rec, msg, attrs) {
-				a.mu.Unlock()
-				return rec, nil
-			}
-		}
-		changed, closed := a.changed, a.closed
-		a.mu.Unlock()
-		want := strings.TrimSpace(fmt.Sprintf("%q %s", msg, strings.Join(attrs, "=")))
-		if closed {
-			<-a.exited
-			return nil, fmt.Errorf("expected %s's agent to log %s, but it %s first", a.node, want, a.how)
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("expected %s's agent to log %s, but it had not when the wait ended: %w", a.node, want, ctx.Err())
-		}
+	rec, err := a.log.Wait(ctx, msg, attrs...)
+	if errors.Is(err, agentlog.ErrEnded) {
+		<-a.exited
+		return nil, fmt.Errorf("%s's agent: %w: it %s", a.node, err, a.how)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("%s's agent: %w", a.node, err)
+	}
+	return rec, nil
 }
 
-func matches(rec map[string]any, msg string, attrs []string) bool {
-	m, _ := rec["msg"].(string)
-	if !strings.HasPrefix(m, msg) {
-		return false
-	}
-	for i := 0; i+1 < len(attrs); i += 2 {
-		if fmt.Sprint(rec[attrs[i]]) != attrs[i+1] {
-			return false
-		}
-	}
-	return true
-}
-
-// boot is the agent's boot id, once it said it.
+// boot is the agent's boot id, once it said it (it does as it starts).
 func (a *agentProc) boot() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, rec := range a.records {
-		if b, ok := rec["boot"].(string); ok {
+	if i := a.log.Index("agent starting"); i >= 0 {
+		if b, ok := a.log.Record(i)["boot"].(string); ok {
 			return b
 		}
 	}
