@@ -266,7 +266,7 @@ func (e *Env) Submit(run store.NewRun) store.SubmitResult {
 // Wake runs WakeQueued, failing the test on error.
 func (e *Env) Wake() store.WakeResult {
 	e.T.Helper()
-	res, err := e.Store.WakeQueued(context.Background())
+	res, err := e.Store.WakeQueued(context.Background(), store.WakeParams{})
 	if err != nil {
 		e.T.Fatalf("wake: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"mediator/localdev/pgcount"
 	"mediator/shared/auth"
+	"mediator/shared/store"
 )
 
 // wakes measures one WakeQueued at queue depths 0, 1,000, 10,000 and 100,000: with no node
@@ -42,7 +43,7 @@ func (b *bench) wakes(ctx context.Context) error {
 			for range 200 {
 				cctx, counted := pgcount.WithCall(ctx)
 				start := time.Now()
-				res, err := b.stack.Store.WakeQueued(cctx)
+				res, err := b.stack.Store.WakeQueued(cctx, store.WakeParams{})
 				took := time.Since(start)
 				if err != nil {
 					return err

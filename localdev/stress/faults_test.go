@@ -158,7 +158,7 @@ func TestConnectionLostMidPromotion(t *testing.T) {
 		env.Heartbeat(fmt.Sprintf("n%d", i), "b1", false, "board") // the store alone: no wake
 	}
 	k.arm("/* wake: promote */", 2)
-	if _, err := env.Store.WakeQueued(context.Background()); err == nil {
+	if _, err := env.Store.WakeQueued(context.Background(), store.WakeParams{}); err == nil {
 		t.Fatal("a wake that lost its connection reported success")
 	}
 	mustFire(t, k)

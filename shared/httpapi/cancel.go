@@ -41,7 +41,7 @@ func setPriority(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit([]string{runID}, res.CapacityAppeared)
+	c.afterCommit([]string{runID}, res.CapacityAppeared, store.WakeParams{})
 	if res.Run.State == store.Queued && res.CapacityAppeared {
 		// The answer says where it stands now, its own wake included.
 		if now, err := c.d.Store.GetRun(c.ctx, runID, c.viewer()); err == nil {
@@ -76,7 +76,7 @@ func cancel(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit([]string{runID}, res.CapacityAppeared)
+	c.afterCommit([]string{runID}, res.CapacityAppeared, store.WakeParams{})
 	if res.Settled {
 		return reply{http.StatusOK, runBody(res.Run)}, nil
 	}

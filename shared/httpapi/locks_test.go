@@ -115,9 +115,9 @@ func TestHeldRowsAnswer503AndNothingElseWaits(t *testing.T) {
 		{"node A", `SELECT 1 FROM nodes WHERE node_id = 'A' FOR UPDATE`, func(env *apitest.Env) []lockCall {
 			return []lockCall{
 				with(beat("A"), 503, 200),
-				// The run would be placed on A: its lease's foreign key to A is checked, and
-				// waits, at COMMIT.
-				{held: 503, free: 201, name: "submit onto A", who: alice, method: "POST", path: "/v1/runs", body: oneNodeRun("onto-a", "a")},
+				// Only a restart changing A's boot (or a removal) holds A's row so: a submit does
+				// not wait for it, it queues the run, and the restart's wake places it.
+				{held: 202, name: "submit onto A", who: alice, method: "POST", path: "/v1/runs", body: oneNodeRun("onto-a", "a")},
 				{held: 503, free: 200, name: "remove A", who: apitest.Admin, method: "DELETE", path: "/v1/nodes/A"},
 				with(beat("B"), 200, 0),
 				{held: 201, name: "submit onto B", who: alice, method: "POST", path: "/v1/runs", body: oneNodeRun("onto-b", "b")},
@@ -175,6 +175,7 @@ func TestHeldRowsAnswer503AndNothingElseWaits(t *testing.T) {
 				refused = append(refused, c)
 			}
 			release()
+			env.Wake() // as the writer that held the row does after its commit
 			for _, c := range refused {
 				if resp := env.Do(c.who, c.method, c.path, c.body); resp.Status != c.free {
 					t.Errorf("%s once the row is free: %s; want %d", c.name, resp, c.free)

@@ -42,7 +42,7 @@ func heartbeat(c *call) (reply, error) {
 	if res.Lease != nil {
 		c.runID = res.Lease.RunID
 	}
-	c.afterCommit(res.Runs, res.CapacityAppeared)
+	c.afterCommit(res.Runs, res.CapacityAppeared, store.WakeParams{})
 	steps := res.Steps
 	if steps == nil {
 		steps = []store.NodeStep{}
@@ -66,7 +66,7 @@ func removeNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit(res.Runs, res.CapacityAppeared)
+	c.afterCommit(res.Runs, res.CapacityAppeared, store.WakeParams{})
 	return reply{http.StatusOK, map[string]any{"node_id": nodeID, "released": res.Released, "runs_failed": res.Unservable}}, nil
 }
 
@@ -100,7 +100,7 @@ func undrainNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit(nil, res.CapacityAppeared, nodeID)
+	c.afterCommit(nil, res.CapacityAppeared, store.WakeParams{Prefer: []string{nodeID}})
 	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
 }
 

@@ -2,12 +2,12 @@ package httpapi
 
 import (
 	"net/http"
-	"slices"
 
 	"mediator/shared/auth"
 	"mediator/shared/problem"
 	"mediator/shared/request"
 	"mediator/shared/startup"
+	"mediator/shared/store"
 )
 
 // Result serves POST /v1/runs/{run_id}/steps/{step_id}/result.
@@ -49,13 +49,13 @@ func result(c *call) (reply, error) {
 		"next": res.Next,
 	}
 	// A rollback (retry) releases nothing, so it never wakes. When this report freed the node,
-	// the wake prefers it, and when the wake placed a run on it the answer hands the node that
-	// run, so a busy node goes from one run to the next without waiting for its next heartbeat.
-	// (A run another wake placed on it meanwhile comes with that heartbeat.)
-	if woke := c.afterCommit([]string{runID}, res.CapacityAppeared, p.NodeID); slices.Contains(woke.Placed, p.NodeID) {
-		if lease, steps, err := c.d.Store.NodeWork(c.ctx, p.NodeID, p.BootID); err == nil && lease != nil {
-			answer["next_run"] = map[string]any{"lease": lease, "steps": steps}
-		}
+	// the wake prefers it — while the queue waits for nodes the report holds it for this wake
+	// alone — and when the wake placed a run on it the answer hands the node that run, so a
+	// busy node goes from one run to the next without waiting for its next heartbeat. (A run
+	// another wake placed on it comes with that heartbeat.)
+	freed := store.WakeParams{Prefer: []string{p.NodeID}, Held: res.Held, HandOver: &store.NodeAtBoot{NodeID: p.NodeID, BootID: p.BootID}}
+	if next := c.afterCommit([]string{runID}, res.CapacityAppeared, freed).HandedOver; next != nil {
+		answer["next_run"] = map[string]any{"lease": next.Lease, "steps": next.Steps}
 	}
 	return reply{http.StatusOK, answer}, nil
 }

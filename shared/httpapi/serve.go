@@ -224,10 +224,10 @@ func header(req events.APIGatewayV2HTTPRequest, name string) string {
 	return ""
 }
 
-// wake runs WakeQueued after the handler's own commit, preferring the nodes it names. Its
-// failure is logged and never changes the answer: the client's request already succeeded.
-func (c *call) wake(prefer ...string) store.WakeResult {
-	res, err := c.d.Store.WakeQueued(c.ctx, prefer...)
+// wake runs WakeQueued after the handler's own commit. Its failure is logged and never changes
+// the answer: the client's request already succeeded.
+func (c *call) wake(p store.WakeParams) store.WakeResult {
+	res, err := c.d.Store.WakeQueued(c.ctx, p)
 	if err != nil {
 		c.d.Log.Warn("wake failed", "request_id", c.req.RequestContext.RequestID, "route", c.req.RouteKey, "error", err.Error())
 		return store.WakeResult{}
@@ -239,13 +239,13 @@ func (c *call) wake(prefer ...string) store.WakeResult {
 }
 
 // afterCommit is what a write does once its own transaction committed: wake the queue when
-// the write made room (preferring the nodes it freed), then publish the events of the runs it
-// changed and of those the wake promoted, within about a second (what it cannot send, the
-// reaper does). Neither changes the answer: the client's request already succeeded.
-func (c *call) afterCommit(changed []string, madeRoom bool, prefer ...string) store.WakeResult {
+// the write made room (with what it knows of the nodes it freed), then publish the events of
+// the runs it changed and of those the wake promoted, within about a second (what it cannot
+// send, the reaper does). Neither changes the answer: the client's request already succeeded.
+func (c *call) afterCommit(changed []string, madeRoom bool, freed store.WakeParams) store.WakeResult {
 	var woke store.WakeResult
 	if madeRoom {
-		woke = c.wake(prefer...)
+		woke = c.wake(freed)
 	}
 	c.d.Publisher.Runs(c.ctx, append(changed, woke.Runs...)...)
 	return woke

@@ -62,7 +62,7 @@ func submit(c *call) (reply, error) {
 	// its node, it would otherwise be missed by both. A run queued only because older runs
 	// wait may be placed by this very wake, in its turn: then it is answered as placed. A run
 	// placed, refused or submitted before took no node from the queue and freed none: no wake.
-	woke := c.afterCommit([]string{run.RunID}, res.Outcome == store.Waiting)
+	woke := c.afterCommit([]string{run.RunID}, res.Outcome == store.Waiting, store.WakeParams{})
 	if res.Placeable && slices.Contains(woke.Runs, run.RunID) {
 		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != store.Queued {
 			res.Outcome, res.Run = store.Placed, now

@@ -142,21 +142,6 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 	})
 }
 
-// NodeWork is the lease a node holds under bootID and the steps it gives (nil when none): what
-// a result answers a node whose report just freed it, when the wake placed a run on it.
-func (s *Store) NodeWork(ctx context.Context, nodeID, bootID string) (*HeldLease, []NodeStep, error) {
-	var lease HeldLease
-	var steps []NodeStep
-	err := nodeWorkStmt.queryRow(ctx, s.pool, nodeID, bootID).Scan(&lease.RunID, &lease.Epoch, &lease.ExpiresAt, &steps)
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return &lease, steps, nil
-}
-
 func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error) {
 	var (
 		changed   bool

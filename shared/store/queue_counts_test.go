@@ -97,7 +97,7 @@ func TestQueuePositionsAreExactUnderConcurrency(t *testing.T) {
 			Labels: []string{"board"}}); err != nil {
 			return err
 		}
-		_, err := env.Store.WakeQueued(ctx)
+		_, err := env.Store.WakeQueued(ctx, store.WakeParams{})
 		return err
 	})
 	work("cancel", 60, func(r *rand.Rand, i int) error {

@@ -67,7 +67,7 @@ func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 	// 5: a wake when a step made room; otherwise the stranded-run detector, which is the same
 	// wake: it only places a run that could be placed right now, and costs one query when no
 	// node is available.
-	wake, err := s.WakeQueued(ctx)
+	wake, err := s.WakeQueued(ctx, WakeParams{})
 	if err != nil {
 		return sum, err
 	}

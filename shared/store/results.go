@@ -39,6 +39,9 @@ type ReportResult struct {
 	// CapacityAppeared: the report released a lease (partial release or the settle). A retry
 	// (rollback to PENDING) frees nothing. The caller wakes the queue exactly then.
 	CapacityAppeared bool
+	// Held are the released nodes held for the caller's wake (WakeParams.Held), because runs
+	// were queued: no other wake places on them until that wake has, or has let them go.
+	Held []string
 }
 
 // reportStep is a step as the report path reads it.
@@ -117,7 +120,7 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 	next := d.next(st.Role)
 	write.queue(b, func(row pgx.Row) error {
 		var wrote int
-		if err := row.Scan(&wrote, &res.Released); err != nil {
+		if err := row.Scan(&wrote, &res.Released, &res.Held); err != nil {
 			return err
 		}
 		if wrote == 0 {
@@ -130,7 +133,7 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 		"exit_code": p.ExitCode, "message": p.Message, "output": p.Output, "epoch": p.Epoch,
 		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
 		"attempt": attempt, "outputs": outputsArg(p.Outputs),
-		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role,
+		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role, "hold": holdFor.Seconds(),
 	})
 	res.Next = []NodeStep{}
 	if len(next) > 0 {

@@ -31,8 +31,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	set  Settings
 	log  *slog.Logger
-	// The wake's statements that read heads, with this store's starvation bound written in.
-	wakeStart, wakeNextOfShape, wakePromoteProtected statement
+	// The wake's statements that read heads, with this store's starvation bound written in;
+	// wake_start twice: for a wake that holds no node, and for one that does.
+	wakeStart, wakeStartHolding, wakeNextOfShape, wakePromoteProtected statement
 }
 
 // Settings are the durations and limits the store decides by. The store takes them as given;
@@ -109,7 +110,8 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 		log = slog.Default()
 	}
 	return &Store{pool: pool, set: set, log: log,
-		wakeStart: withStarvation(wakeStart, set.Starvation), wakeNextOfShape: withStarvation(wakeNextOfShape, set.Starvation),
+		wakeStart: withNoneHeld(withStarvation(wakeStart, set.Starvation)), wakeStartHolding: withStarvation(wakeStart, set.Starvation),
+		wakeNextOfShape:      withStarvation(wakeNextOfShape, set.Starvation),
 		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation)}
 }
 

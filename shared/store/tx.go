@@ -64,7 +64,7 @@ type pipelined[T any] struct {
 }
 
 // pipelinedTx runs one transaction in two round trips: BEGIN and the reads go in the first,
-// the writes and COMMIT in the second. Each round trip of a transaction is time its row locks
+// the writes and COMMIT in the second (in one round trip, when there is nothing to read first). Each round trip of a transaction is time its row locks
 // are held while the network and the scheduler decide; the report path, the busiest writer,
 // held a run's lock across five of them. Retried as inTx is, each try from a fresh attempt().
 func pipelinedTx[T any](ctx context.Context, s *Store, attempt func() pipelined[T]) (T, error) {
@@ -93,13 +93,17 @@ func tryPipelined[T any](ctx context.Context, s *Store, p pipelined[T]) (T, erro
 			_, _ = rollbackStmt.exec(context.WithoutCancel(ctx), conn)
 		}
 	}()
-	first := &pgx.Batch{}
-	first.Queue(beginStmt.sql)
-	p.read(first)
-	if err := conn.SendBatch(ctx, first).Close(); err != nil {
-		return zero, orStatement(beginStmt, err)
-	}
 	second := &pgx.Batch{}
+	if p.read == nil {
+		second.Queue(beginStmt.sql)
+	} else {
+		first := &pgx.Batch{}
+		first.Queue(beginStmt.sql)
+		p.read(first)
+		if err := conn.SendBatch(ctx, first).Close(); err != nil {
+			return zero, orStatement(beginStmt, err)
+		}
+	}
 	if err := p.write(second); err != nil {
 		return zero, translate(err)
 	}

@@ -26,11 +26,18 @@ type WakeResult struct {
 	// NodesRead is how many available nodes the sweeps read: bounded per need of the queue's
 	// heads, however large the idle part of the fleet.
 	NodesRead int
-	// Placed are the nodes this wake leased, so a caller can hand a node it freed its next
-	// run without asking the database whether there is one.
+	// Placed are the nodes this wake leased.
 	Placed []string
 	// Runs are the runs it promoted (their events are the caller's to publish).
 	Runs []string
+	// HandedOver is the work of WakeParams.HandOver's node when the wake placed a run on it.
+	HandedOver *NodeWork
+}
+
+// NodeWork is a node's lease and the steps it gives.
+type NodeWork struct {
+	Lease HeldLease
+	Steps []NodeStep
 }
 
 // startNodes bounds the available nodes wake_start reads; perNeed is the least wake_free_by_need
@@ -51,36 +58,82 @@ const maxSweeps = 4
 // submit that queues a run wakes after its commit.
 const maxWakeSweeps = 8
 
+// WakeParams is what the caller of a wake knows about the nodes it just freed.
+type WakeParams struct {
+	// Prefer: among equally good nodes the wake reads, these are placed on first.
+	Prefer []string
+	// Held: nodes the caller's report freed and held for this wake (ReportResult.Held). Only
+	// this wake places on them; those it does not place on it lets go and sweeps again.
+	Held []string
+	// HandOver is a node whose agent waits for the caller's answer (a report's), under its
+	// boot: a promotion onto it reads the node's work in its own transaction, so the answer
+	// hands the node its next run without another query.
+	HandOver *NodeAtBoot
+}
+
+// NodeAtBoot is a node under one boot.
+type NodeAtBoot struct{ NodeID, BootID string }
+
+// holdFor is how long a report holds the nodes it frees for its own wake: longer than a
+// request's deadline, so a hold outlives its wake only when the wake's Lambda died, and then
+// it delays the node by no more than this.
+const holdFor = 10 * time.Second
+
 // WakeQueued promotes queued runs onto available nodes: in queue order among
 // runs that compete for the same nodes, past runs that cannot be placed (backfill), but never
 // onto a node a run older than STARVATION_SECONDS could use. One transaction per promotion,
 // each a conditional update, so concurrent wakes are harmless and a failure never undoes an
 // earlier promotion. It runs inline, after the caller's commit; it starts no goroutine.
-//
-// prefer names nodes the caller just freed: among equally good nodes it reads, they are placed
-// on first.
-func (s *Store) WakeQueued(ctx context.Context, prefer ...string) (WakeResult, error) {
+func (s *Store) WakeQueued(ctx context.Context, p WakeParams) (WakeResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return WakeResult{}, ErrLeaseTTL
 	}
-	var res WakeResult
-	seed := strconv.FormatUint(rand.Uint64(), 36) + "/"
-	for races := 0; races < maxSweeps && res.Sweeps < maxWakeSweeps; {
-		res.Sweeps++
-		before := res.Promoted
-		end, err := s.sweep(ctx, &res, prefer, seed)
+	w := &waking{WakeParams: p, seed: strconv.FormatUint(rand.Uint64(), 36) + "/"}
+	w.Prefer = append(slices.Clone(p.Held), p.Prefer...)
+	err := s.sweeps(ctx, w)
+	rest := slices.DeleteFunc(slices.Clone(p.Held), func(n string) bool { return slices.Contains(w.res.Placed, n) })
+	if len(rest) == 0 || ctx.Err() != nil {
+		return w.res, err
+	}
+	// A held node this wake did not place on is let go, and the queue swept again from a
+	// snapshot that sees it free: a run that queued while it was held skipped it, and its
+	// submit's wake has come and gone.
+	tag, letGoErr := wakeLetGo.exec(ctx, s.pool, named{"held": rest})
+	if err != nil || letGoErr != nil || tag.RowsAffected() == 0 {
+		return w.res, errors.Join(err, letGoErr)
+	}
+	w.Held = nil
+	return w.res, s.sweeps(ctx, w)
+}
+
+// waking is one wake: what its caller said, its own seed, and what it did so far.
+type waking struct {
+	WakeParams
+	// seed is the wake's own: concurrent wakes read the same free nodes and meet at the same
+	// head, and with the head's id alone as the seed every one of them planned the same node,
+	// all but one lost it, and they walked down the list in step, a lost transaction per node.
+	seed string
+	res  WakeResult
+}
+
+// sweeps sweeps until a sweep leaves nothing for another, within the bounds.
+func (s *Store) sweeps(ctx context.Context, w *waking) error {
+	for races, sweeps := 0, 0; races < maxSweeps && sweeps < maxWakeSweeps; sweeps++ {
+		w.res.Sweeps++
+		before := w.res.Promoted
+		end, err := s.sweep(ctx, w)
 		switch {
 		case err != nil:
-			return res, err
-		case end.partial && res.Promoted > before:
+			return err
+		case end.partial && w.res.Promoted > before:
 			// It saw part of a large set of free nodes and used some: the rest may serve more.
 		case end.raced:
 			races++
 		default:
-			return res, nil
+			return nil
 		}
 	}
-	return res, nil
+	return nil
 }
 
 var (
@@ -88,24 +141,38 @@ var (
 	wakeNextOfShape = stmt("wake_next_of_shape")
 	wakeFreeByNeed  = stmt("wake_free_by_need")
 	wakePromote     = stmt("wake_promote")
+	wakeLetGo       = stmt("wake_let_go")
 	// wakePromoteProtected reads the starvation bound: Store.New writes it in.
 	wakePromoteProtected = stmt("wake_promote_protected")
 )
 
-// starvationParam is where protected (sql/rules.sql) reads the starvation bound.
-const starvationParam = "@starvation::float8"
+// starvationParam is where protected (sql/rules.sql) reads the starvation bound, heldParam
+// where wake_may_use reads the nodes held for the wake.
+const (
+	starvationParam = "@starvation::float8"
+	heldParam       = "@held::text[]"
+)
 
 // withStarvation writes this store's starvation bound into a statement that reads heads, so
 // that it takes no parameter: a statement with parameters is planned afresh for its first
 // five runs on each connection, and for every run while PostgreSQL judges the generic plan
 // costlier, and the wake's start costs more to plan than to run. A statement without
-// parameters keeps its one plan. It panics on a statement without the placeholder: that is a
-// wiring mistake, and New runs at start-up.
+// parameters keeps its one plan.
 func withStarvation(st statement, starvation time.Duration) statement {
-	if !strings.Contains(st.sql, starvationParam) {
-		panic("store: " + st.name + " does not read " + starvationParam)
+	return withLiteral(st, starvationParam, strconv.FormatFloat(starvation.Seconds(), 'f', -1, 64)+"::float8")
+}
+
+// withNoneHeld is wake_start for a wake that holds no node, which is most of them: without
+// the parameter, it keeps its one plan too.
+func withNoneHeld(st statement) statement { return withLiteral(st, heldParam, "'{}'::text[]") }
+
+// withLiteral writes literal in place of param. It panics on a statement without the
+// placeholder: that is a wiring mistake, and New runs at start-up.
+func withLiteral(st statement, param, literal string) statement {
+	if !strings.Contains(st.sql, param) {
+		panic("store: " + st.name + " does not read " + param)
 	}
-	st.sql = strings.ReplaceAll(st.sql, starvationParam, strconv.FormatFloat(starvation.Seconds(), 'f', -1, 64)+"::float8")
+	st.sql = strings.ReplaceAll(st.sql, param, literal)
 	return st
 }
 
@@ -128,36 +195,37 @@ type sweepEnd struct{ raced, partial, unmet bool }
 // from fresh state when the end says so. When it saw only startNodes of the available nodes,
 // placed nothing, and a head found no nodes among them, it reads the nodes per need of the
 // heads and walks again: a head needing a rare label must not wait behind a crowd of others.
-func (s *Store) sweep(ctx context.Context, res *WakeResult, prefer []string, seed string) (sweepEnd, error) {
-	heads, avail, err := s.start(ctx)
-	res.NodesRead += len(avail)
+func (s *Store) sweep(ctx context.Context, w *waking) (sweepEnd, error) {
+	heads, avail, err := s.start(ctx, w.Held)
+	w.res.NodesRead += len(avail)
 	if err != nil || len(avail) == 0 {
 		return sweepEnd{}, err
 	}
-	before := res.Promoted
-	end, err := s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer, seed: seed})
+	before := w.res.Promoted
+	end, err := s.walk(ctx, w, heads, &nodeSet{list: avail, prefer: w.Prefer})
 	end.partial = len(avail) == startNodes
-	if err != nil || !end.partial || !end.unmet || res.Promoted > before {
+	if err != nil || !end.partial || !end.unmet || w.res.Promoted > before {
 		return end, err
 	}
-	avail, partial, err := s.freeByNeed(ctx, heads)
-	res.NodesRead += len(avail)
+	avail, partial, err := s.freeByNeed(ctx, heads, w.Held)
+	w.res.NodesRead += len(avail)
 	if err != nil {
 		return end, err
 	}
-	end, err = s.walk(ctx, res, heads, &nodeSet{list: avail, prefer: prefer, seed: seed})
+	end, err = s.walk(ctx, w, heads, &nodeSet{list: avail, prefer: w.Prefer})
 	end.partial = partial
 	return end, err
 }
 
 // walk places the heads, in arrival order, and the runs behind them, on the free nodes.
-func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *nodeSet) (end sweepEnd, err error) {
+func (s *Store) walk(ctx context.Context, w *waking, heads []head, free *nodeSet) (end sweepEnd, err error) {
+	res := &w.res
 	queue := headQueue(slices.Clone(heads))
 	heap.Init(&queue)
 	for queue.Len() > 0 && free.size() > 0 {
 		h := heap.Pop(&queue).(head)
 		res.Walked++
-		assigned, unmet := match.Assign(h.Roles, free.nodes(), free.seed+h.RunID)
+		assigned, unmet := match.Assign(h.Roles, free.nodes(), w.seed+h.RunID)
 		if len(unmet) > 0 {
 			end.unmet = true
 			if h.Protected {
@@ -167,13 +235,14 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 			}
 			continue // nothing behind it in this shape can be placed either
 		}
-		placed, outcome, err := s.promote(ctx, h, assigned)
+		placed, outcome, err := s.promote(ctx, w, h, assigned)
 		switch {
 		case errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return end, err
 		case outcome == nodesTaken, outcome == nodesChanged:
-			// Another wake or a submit is taking a planned node (and will use it), or it went:
-			// the same head, on the nodes left.
+			// Another wake or a submit is taking a planned node (and will use it), a restart is
+			// changing it (and wakes after its commit), or it went: the same head, on the nodes
+			// left.
 			for _, node := range assigned {
 				if !slices.Contains(placed.had, node) {
 					free.remove(node)
@@ -214,8 +283,12 @@ func (s *Store) walk(ctx context.Context, res *WakeResult, heads []head, free *n
 }
 
 // start reads the heads and the available nodes that could serve them (wake_start).
-func (s *Store) start(ctx context.Context) (heads []head, avail []AvailableNode, err error) {
-	rows, err := s.wakeStart.query(ctx, s.pool)
+func (s *Store) start(ctx context.Context, held []string) (heads []head, avail []AvailableNode, err error) {
+	start, args := s.wakeStart, []any{}
+	if len(held) > 0 {
+		start, args = s.wakeStartHolding, []any{named{"held": held}}
+	}
+	rows, err := start.query(ctx, s.pool, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -232,7 +305,7 @@ func (s *Store) start(ctx context.Context) (heads []head, avail []AvailableNode,
 			labels    []string
 		)
 		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels); err != nil {
-			return nil, nil, s.wakeStart.fail(err)
+			return nil, nil, start.fail(err)
 		}
 		if isHead {
 			heads = append(heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles})
@@ -240,12 +313,12 @@ func (s *Store) start(ctx context.Context) (heads []head, avail []AvailableNode,
 			avail = append(avail, AvailableNode{NodeID: id, Labels: labels})
 		}
 	}
-	return heads, avail, s.wakeStart.fail(rows.Err())
+	return heads, avail, start.fail(rows.Err())
 }
 
 // freeByNeed reads the available nodes per need of the heads (wake_free_by_need). partial: some
 // need may have more capable nodes than were read.
-func (s *Store) freeByNeed(ctx context.Context, heads []head) (avail []AvailableNode, partial bool, err error) {
+func (s *Store) freeByNeed(ctx context.Context, heads []head, held []string) (avail []AvailableNode, partial bool, err error) {
 	var needs [][]string
 	k := 0
 	for _, h := range heads {
@@ -261,7 +334,7 @@ func (s *Store) freeByNeed(ctx context.Context, heads []head) (avail []Available
 	for i, n := range needs {
 		keys[i] = needKey(n)
 	}
-	avail, err = collect(ctx, s.pool, wakeFreeByNeed, pgx.RowToStructByPos[AvailableNode], named{"needs": keys, "k": k})
+	avail, err = collect(ctx, s.pool, wakeFreeByNeed, pgx.RowToStructByPos[AvailableNode], named{"needs": keys, "k": k, "held": nonNil(held)})
 	for _, n := range needs {
 		capable := 0
 		for _, a := range avail {
@@ -286,8 +359,9 @@ const (
 
 // promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
 // roles. It returns the run it placed (h, or one behind it), or the planned nodes it could
-// hold when they were not all free, and what became of it.
-func (s *Store) promote(ctx context.Context, h head, assigned map[string]string) (promotion, promoteOutcome, error) {
+// hold when they were not all free, and what became of it. A promotion onto the wake's
+// hand-over node reads that node's work in the same transaction (w.res.HandedOver).
+func (s *Store) promote(ctx context.Context, w *waking, h head, assigned map[string]string) (promotion, promoteOutcome, error) {
 	slots := roleSlots(h.Roles, assigned)
 	needs, nodes := make([]string, len(slots)), make([]string, len(slots))
 	for i, sl := range slots {
@@ -297,16 +371,50 @@ func (s *Store) promote(ctx context.Context, h head, assigned map[string]string)
 		had       []string
 		runID     *string
 		createdAt *time.Time
+		rank      *int
 	)
 	promote := wakePromote
 	if h.Protected {
 		promote = s.wakePromoteProtected
 	}
-	var rank *int
-	err := promote.queryRow(ctx, s.pool, named{
+	args := named{
 		"head_shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID, "head_queue_rank": h.QueueRank,
 		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
-	}).Scan(&had, &runID, &createdAt, &rank)
+	}
+	scan := func(row pgx.Row) error { return row.Scan(&had, &runID, &createdAt, &rank) }
+	var err error
+	if to := w.HandOver; to != nil && slices.Contains(nodes, to.NodeID) {
+		var work *NodeWork
+		work, err = pipelinedTx(ctx, s, func() pipelined[*NodeWork] {
+			var work NodeWork
+			found := false
+			return pipelined[*NodeWork]{
+				write: func(b *pgx.Batch) error {
+					promote.queue(b, scan, args)
+					nodeWorkStmt.queue(b, func(row pgx.Row) error {
+						err := row.Scan(&work.Lease.RunID, &work.Lease.Epoch, &work.Lease.ExpiresAt, &work.Steps)
+						found = err == nil
+						if errors.Is(err, pgx.ErrNoRows) {
+							return nil // the promotion took other nodes, or none
+						}
+						return err
+					}, to.NodeID, to.BootID)
+					return nil
+				},
+				result: func() *NodeWork {
+					if !found {
+						return nil
+					}
+					return &work
+				},
+			}
+		})
+		if work != nil && runID != nil {
+			w.res.HandedOver = work
+		}
+	} else {
+		err = promote.queryRow(ctx, s.pool, args).Scan(&had, &runID, &createdAt, &rank)
+	}
 	switch {
 	case errors.Is(err, ErrNodeTaken):
 		return promotion{head: h}, nodesChanged, nil
@@ -398,14 +506,9 @@ func (q *headQueue) Pop() any {
 
 // nodeSet is the sweep's view of the available nodes: nodes it promoted onto leave it, so the
 // sweep never tries to place two runs on one node (the lease PK would refuse the second).
-//
-// seed is the wake's own: concurrent wakes read the same free nodes and meet at the same head,
-// and with the head's id alone as the seed every one of them planned the same node, all but
-// one lost it, and they walked down the list in step, a lost transaction per node.
 type nodeSet struct {
 	list   []AvailableNode
 	prefer []string
-	seed   string
 }
 
 func (s *nodeSet) size() int { return len(s.list) }
@@ -442,4 +545,12 @@ func (s *nodeSet) removeCapable(roles []match.Role) {
 		}
 	}
 	s.list = kept
+}
+
+// nonNil is list, or an empty list for none: ANY (NULL) would match nothing by another path.
+func nonNil(list []string) []string {
+	if list == nil {
+		return []string{}
+	}
+	return list
 }

@@ -7,6 +7,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/localdev/pgcount"
+	"mediator/shared/store"
 )
 
 // seedQueue writes depth queued runs needing "board" straight into the tables: the benchmark
@@ -43,7 +44,7 @@ func BenchmarkWakeQueued(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					before := counter.Read()
-					res, err := env.Store.WakeQueued(ctx)
+					res, err := env.Store.WakeQueued(ctx, store.WakeParams{})
 					if err != nil {
 						b.Fatal(err)
 					}

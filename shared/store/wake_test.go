@@ -130,7 +130,7 @@ func TestWakeRefusesLeaseTTLZero(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
 	st := store.New(env.Store.Pool(), store.Settings{LeaseTTL: 0, MaxRunWidth: 16}, nil)
-	if _, err := st.WakeQueued(context.Background()); !errors.Is(err, store.ErrLeaseTTL) {
+	if _, err := st.WakeQueued(context.Background(), store.WakeParams{}); !errors.Is(err, store.ErrLeaseTTL) {
 		t.Fatalf("LEASE_TTL 0: %v", err)
 	}
 }
@@ -208,7 +208,7 @@ func TestConcurrentWakes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := env.Store.WakeQueued(context.Background()); err != nil {
+			if _, err := env.Store.WakeQueued(context.Background(), store.WakeParams{}); err != nil {
 				errs <- err
 			}
 		}()

@@ -20,13 +20,18 @@ RETURNING step_id
 -- fifth of report_write to start up.
 /* report: step */
 WITH step AS ({{report_step_update}})
-SELECT (SELECT count(*) FROM step), 0::bigint
+SELECT (SELECT count(*) FROM step), 0::bigint, '{}'::text[]
 
 -- name: report_write
 -- What Report decided, in one statement: the step, the dependents it skips, the leases it
--- releases, the settle.
+-- releases, the settle. A released node is held for the reporter's wake (migration 0011) when
+-- a queued run needs a node of its kind and no other free node of that kind is about: the queue
+-- waits for exactly this node, and every wake would reach for it. (With others about, the runs
+-- queued are being placed by other wakes, and a hold would only make its wake lose the race for
+-- them and let go.) Its free_nodes row is written here, with the hold, so the lease trigger's
+-- own insert of it finds the row there and does nothing.
 /* report: write */
-WITH step AS ({{report_step_update}}
+WITH RECURSIVE step AS ({{report_step_update}}
 ), skipped AS (
     UPDATE steps SET state = {{SKIPPED}}, finished_at = now()
     WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = {{PENDING}}
@@ -34,6 +39,22 @@ WITH step AS ({{report_step_update}}
 ), freed AS (
     DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
       AND EXISTS (SELECT 1 FROM step)
+    RETURNING node_id
+), {{queued_shapes}}, wanted AS (
+    -- Each role's needs of every queued shape (a shape is its roles' needs, as JSON).
+    SELECT DISTINCT ARRAY(SELECT jsonb_array_elements_text(need)) AS needs
+    FROM shapes s CROSS JOIN LATERAL jsonb_array_elements(s.shape::jsonb) need
+    WHERE s.shape IS NOT NULL AND EXISTS (SELECT 1 FROM freed)
+), held AS (
+    INSERT INTO free_nodes (node_id, held_until)
+    SELECT n.node_id, now() + @hold::float8 * interval '1 second'
+    FROM freed JOIN nodes n ON n.node_id = freed.node_id
+    WHERE {{takes_work n}} AND EXISTS (
+        SELECT 1 FROM wanted w WHERE n.labels @> w.needs AND NOT EXISTS (
+            SELECT 1 FROM free_nodes f JOIN nodes o ON o.node_id = f.node_id
+            WHERE {{unheld f}} AND {{takes_work o}} AND o.labels @> w.needs
+              AND o.node_id NOT IN (SELECT node_id FROM freed)))
+    ON CONFLICT DO NOTHING
     RETURNING node_id
 ), settled AS (
     UPDATE runs SET state = @settle::text, reason = @reason::text, finished_at = now(), deadline_at = NULL
@@ -46,7 +67,7 @@ WITH step AS ({{report_step_update}}
     SELECT @run_id::text, @attempt::int, 'released', {{RUNNING}}, {{RUNNING}}, NULL, node_id
     FROM freed WHERE @settle::text = ''
 )
-SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed)
+SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed), (SELECT coalesce(array_agg(node_id), '{}') FROM held)
 
 -- name: report_next
 -- The steps the report made runnable for its node (decided in Go: @next), as the node is handed

@@ -32,6 +32,27 @@ r.created_at < now() - @starvation::float8 * interval '1 second'
 -- available node also holds no lease: statements find those through free_nodes.
 n.advert_expires_at > now() AND NOT {{drained n}}
 
+-- fragment: unheld(f)
+-- A free node (its free_nodes row f) no report holds for its own wake (migration 0011), or no
+-- longer: a hold ends by itself.
+(f.held_until IS NULL OR f.held_until <= now())
+
+-- fragment: wake_may_use(f)
+-- A free node a wake may place on: unheld, or held for this wake (@held: the nodes its
+-- caller's report freed and held; see Store.Report).
+({{unheld f}} OR f.node_id = ANY (@held::text[]))
+
+-- fragment: queued_shapes
+-- The shapes of the queued runs, one row each (and a last NULL): a skip-scan over
+-- runs_queue_by_shape, its cost growing with the number of shapes, not the depth of the queue.
+-- A statement names it in its WITH RECURSIVE list.
+shapes(shape) AS (
+    (SELECT shape FROM runs WHERE state = {{QUEUED}} ORDER BY shape LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.shape FROM runs r WHERE r.state = {{QUEUED}} AND r.shape > s.shape ORDER BY r.shape LIMIT 1)
+    FROM shapes s WHERE s.shape IS NOT NULL
+)
+
 -- fragment: node_state(n, l)
 -- What GET /v1/nodes and a heartbeat's answer say a node is; l is its lease, if any.
 CASE WHEN l.run_id IS NOT NULL THEN {{LEASED}}

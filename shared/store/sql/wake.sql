@@ -23,20 +23,15 @@ coalesce(
 -- them. It answers nothing unless both exist, so a wake that can place nothing costs this one
 -- statement, whatever the depth of the queue or the size of the fleet.
 --
--- The shapes come from a skip-scan over runs_queue_by_shape, each head from two index lookups
--- (head_of_shape): the cost grows with the number of shapes, not the depth of the queue. Every
+-- The shapes come from queued_shapes, each head from two index lookups (head_of_shape): the
+-- cost grows with the number of shapes, not the depth of the queue. Every
 -- "first of a shape" orders by shape first, which the equality makes no different, so that the
 -- plan walks the shape's index; each head and its needs are looked up per shape, OFFSET 0
 -- keeping each a lookup: as a join, a plan made at one depth read all of run_roles at another,
 -- and hashed every queued run to find the heads (TestWakeStartLooksHeadsUp). A node no head
 -- could use is of no use to any queued run.
 /* wake: start */
-WITH RECURSIVE shapes(shape) AS (
-    (SELECT shape FROM runs WHERE state = {{QUEUED}} ORDER BY shape LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.shape FROM runs r WHERE r.state = {{QUEUED}} AND r.shape > s.shape ORDER BY r.shape LIMIT 1)
-    FROM shapes s WHERE s.shape IS NOT NULL
-), heads AS (
+WITH RECURSIVE {{queued_shapes}}, heads AS (
     SELECT h.* FROM shapes s CROSS JOIN LATERAL (
         SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}} OFFSET 0
     ) h(run_id, shape, created_at, queue_rank, protected, roles)
@@ -46,7 +41,7 @@ WITH RECURSIVE shapes(shape) AS (
     CROSS JOIN LATERAL (SELECT needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
 ), free AS (
     SELECT n.node_id, n.labels FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
-    WHERE EXISTS (SELECT 1 FROM heads) AND {{takes_work n}}
+    WHERE EXISTS (SELECT 1 FROM heads) AND {{takes_work n}} AND {{wake_may_use f}}
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
     LIMIT {{startNodes}}
 )
@@ -72,7 +67,7 @@ CROSS JOIN LATERAL (SELECT string_to_array(nd.need, ',') AS labels OFFSET 0) wan
 CROSS JOIN LATERAL (
     SELECT n.node_id, n.labels FROM nodes n
     WHERE n.labels @> want.labels AND {{takes_work n}}
-      AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id)
+      AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id AND {{wake_may_use f}})
     LIMIT @k) c
 
 -- fragment: take_free_nodes(a)
@@ -80,10 +75,16 @@ CROSS JOIN LATERAL (
 -- them up and never scans the fleet) and holds those still free and live, by their free_nodes
 -- rows, skipping any another writer is taking: wake_promote says why those rows. A submit's
 -- placement and a promotion both take nodes through it.
+--
+-- It also takes the key-share lock on each node's row that the lease's foreign key will want,
+-- skipping a node whose row a restart or a removal holds: taken later, by the lease insert,
+-- that lock waited for the restart's transaction while the promotion held the run it picked,
+-- and every other wake skipped that run and placed the ones behind it. A routine heartbeat
+-- does not conflict with it (it changes no key).
 JOIN free_nodes f ON f.node_id = a.node_id
 JOIN nodes n ON n.node_id = f.node_id
 WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) AND {{takes_work n}}
-FOR UPDATE OF f SKIP LOCKED
+FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
 
 -- fragment: promote_slots
 -- The planned nodes, held by their free_nodes rows first (see wake_promote).
@@ -161,3 +162,10 @@ WITH {{promote_slots}}, pick AS (
     ORDER BY r.shape, {{arrival r}} LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), {{promote_pick}}
+
+-- name: wake_let_go
+-- The held nodes (@held) a wake did not place on, let go: from now on any wake may use them.
+-- The wake sweeps again when this let one go, from a snapshot that sees it free.
+/* wake: let go */
+UPDATE free_nodes SET held_until = NULL
+WHERE node_id = ANY (@held::text[]) AND held_until IS NOT NULL

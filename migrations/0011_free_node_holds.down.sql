@@ -1,0 +1,1 @@
+ALTER TABLE free_nodes DROP COLUMN IF EXISTS held_until;

@@ -1,0 +1,11 @@
+-- A node a report frees while runs are queued is held, for a few seconds, for the reporter's
+-- own wake: only that wake places a run on it (and hands the run over in the report's answer),
+-- or lets it go before it sweeps again. Without the hold every submit that queued a run in
+-- the meantime saw the freed node too, and its wake and the reporter's met at the queue's head
+-- on that node: one promotion in two was lost, a transaction each, and the node's next run
+-- waited for a heartbeat instead of coming in the answer.
+--
+-- A hold never needs to be undone by anyone but its holder: once held_until has passed the node
+-- is as free as any other, so a reporter that died before its wake delays the node by the hold
+-- and no more.
+ALTER TABLE free_nodes ADD COLUMN held_until timestamptz;
