@@ -223,10 +223,12 @@ func (b *bench) ratios() {
 	add("ratio: lifecycle / River end-to-end", "lifecycle", "river e2e", 1, "≥ 0.25")
 	add(fmt.Sprintf("ratio: lifecycle × %.1f transactions / pgbench TPC-B (how near the server's ceiling)", r["lifecycle tx"]), "lifecycle", "pgbench TPC-B", r["lifecycle tx"], "")
 	f := b.figures
-	if run, tx := f["lifecycle_server_ms_per_run"], f["pgbench_simple_update_server_ms_per_tx"]; run > 0 && tx > 0 {
-		b.figure("lifecycle_server_ms_per_run_ratio_to_pgbench", run/tx)
-		b.add(row{measure: "ratio: lifecycle server time per run / pgbench simple-update server time per transaction",
-			value: fmt.Sprintf("%.1f", run/tx)})
+	for _, key := range []string{spareFleet.key, waitedFleet.key, "alone"} {
+		if run, tx := f[key+"_server_ms_per_run"], f["pgbench_simple_update_server_ms_per_tx"]; run > 0 && tx > 0 {
+			b.figure(key+"_server_ms_per_run_ratio_to_pgbench", run/tx)
+			b.add(row{measure: fmt.Sprintf("ratio: %s server time per run / pgbench simple-update server time per transaction", strings.ReplaceAll(key, "_", " ")),
+				value: fmt.Sprintf("%.1f", run/tx), target: verdict(run/tx <= 4, "≤ 4")})
+		}
 	}
 }
 

@@ -12,8 +12,7 @@ import (
 )
 
 const (
-	fleetSize = 50
-	inFlight  = 200 // runs submitted but not finished: the queue the fleet drains
+	inFlight = 200 // runs submitted but not finished
 	// An idle agent asks again after firstPoll, then backs off to maxPoll: quick to pick up
 	// the run that follows the last one, cheap while there is none. (Real agents heartbeat
 	// every LEASE_TTL/3; these poll far faster so the benchmark measures Mediator, not the
@@ -23,19 +22,45 @@ const (
 	maxPoll   = 200 * time.Millisecond
 )
 
-// lifecycle measures whole runs through the real handlers: submit → the node's heartbeat picks
-// the step up → started → succeeded (which settles the run, frees the node and wakes the queue
-// onto it), with a fleet of 50 simulated nodes and 8 clients keeping work queued.
+// fleetOf is a lifecycle section's fleet: how many nodes, and the label (and node-id prefix)
+// only its nodes and runs carry, so no section places the runs another left in flight.
+type fleetOf struct {
+	nodes int
+	label string
+	key   string // prefix of its figures' keys
+}
+
+var (
+	// spareFleet: fifty nodes, more than eight clients keep busy on two cores, so most of the
+	// fleet is idle at any moment and the queue is short-lived: a run queues when another is
+	// queued for a moment, and the wakes of its submit and of the nodes that free race for it.
+	spareFleet = fleetOf{nodes: 50, label: "life", key: "lifecycle"}
+	// waitedFleet: eight nodes, so the queue holds most of the runs in flight: it waits for
+	// the nodes, as a lab's queue does for its boards.
+	waitedFleet = fleetOf{nodes: 8, label: "lifeq", key: "lifecycle_queued"}
+)
+
+func (b *bench) lifecycle(ctx context.Context) error       { return b.lifecycleOf(ctx, spareFleet) }
+func (b *bench) lifecycleQueued(ctx context.Context) error { return b.lifecycleOf(ctx, waitedFleet) }
+
+// lifecycleOf measures whole runs through the real handlers: submit → the node's heartbeat
+// picks the step up → started → succeeded (which settles the run, frees the node and wakes the
+// queue onto it, and hands the node its next run when the wake placed one there), with a fleet
+// of simulated nodes and 8 clients keeping inFlight runs submitted.
 //
 // What a run costs is counted per run: each call is charged to the run it was for (the
 // heartbeat that picked a run up, to that run), and the runs finished in the section are
 // summed, so a run still in flight at the end counts neither as a run nor by its calls. The
 // heartbeats that found nothing new were for no run: they are reported beside it.
-func (b *bench) lifecycle(ctx context.Context) error {
+func (b *bench) lifecycleOf(ctx context.Context, f fleetOf) error {
 	if err := b.exec(ctx, fmt.Sprintf(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at)
-		SELECT 'life-' || i, ARRAY['life'], 'b1', now() + interval '1 day' FROM generate_series(1, %d) i`, fleetSize)); err != nil {
+		SELECT '%[1]s-' || i, ARRAY['%[1]s'], 'b1', now() + interval '1 day' FROM generate_series(1, %[2]d) i`, f.label, f.nodes)); err != nil {
 		return err
 	}
+	// Afterwards its nodes take no more work: the runs it leaves in flight stay where they are.
+	defer func() {
+		_ = b.exec(context.WithoutCancel(ctx), fmt.Sprintf(`UPDATE nodes SET drain_requested_by = 'bench' WHERE node_id LIKE '%s-%%'`, f.label))
+	}()
 	if err := b.resetServerTime(ctx, b.db); err != nil {
 		return err
 	}
@@ -63,8 +88,8 @@ func (b *bench) lifecycle(ctx context.Context) error {
 				case <-lctx.Done():
 					return
 				}
-				id := fmt.Sprintf("l%d-%d", c, i)
-				res := b.do(ctx, client(c), "POST", "/v1/runs", oneStep(id, "life"))
+				id := fmt.Sprintf("%s%d-%d", f.label, c, i)
+				res := b.do(ctx, client(c), "POST", "/v1/runs", oneStep(id, f.label))
 				if res.status != 201 && res.status != 202 {
 					fail("submit: %d %s", res.status, res.body)
 					return
@@ -74,15 +99,15 @@ func (b *bench) lifecycle(ctx context.Context) error {
 			}
 		}()
 	}
-	for n := range fleetSize {
+	for n := range f.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			node := fmt.Sprintf("life-%d", n+1)
+			node := fmt.Sprintf("%s-%d", f.label, n+1)
 			who := auth.Principal{Kind: auth.Node, ID: node}
 			poll := firstPoll
 			for lctx.Err() == nil {
-				res := b.do(ctx, who, "PUT", "/v1/nodes/"+node, map[string]any{"boot_id": "b1", "labels": []string{"life"}})
+				res := b.do(ctx, who, "PUT", "/v1/nodes/"+node, map[string]any{"boot_id": "b1", "labels": []string{f.label}})
 				if res.status != 200 {
 					fail("heartbeat: %d %s", res.status, res.body)
 					return
@@ -147,17 +172,23 @@ func (b *bench) lifecycle(ctx context.Context) error {
 	// included, over the runs it finished. Under this load a statement's execution time also
 	// holds its waits for row locks and for the CPU: alone's figure is the run's own.
 	serverPerRun := total(server) / runs
-	b.rate("lifecycle", rate)
-	b.rate("lifecycle tx", tx)
-	b.figure("lifecycle_runs_per_s", rate)
-	b.figure("lifecycle_tx_per_run", tx)
-	b.figure("lifecycle_round_trips_per_run", q)
-	b.figure("lifecycle_idle_heartbeats_per_run", float64(idle.n())/runs)
-	b.figure("lifecycle_idle_heartbeat_tx_per_run", float64(idle.txs)/runs)
-	b.figure("lifecycle_server_ms_per_run", serverPerRun)
-	b.figure("lifecycle_handed_over_share", float64(handedOver.Load())/runs)
-	b.add(row{measure: fmt.Sprintf("lifecycle: submit → pick-up → started → succeeded (%d nodes; %.0f%% picked up from the last result's answer, the rest by heartbeat; round trips and transactions per run, of its own calls)",
-		fleetSize, 100*float64(handedOver.Load())/runs),
+	if f == spareFleet {
+		b.rate("lifecycle", rate)
+		b.rate("lifecycle tx", tx)
+	}
+	b.figure(f.key+"_runs_per_s", rate)
+	b.figure(f.key+"_tx_per_run", tx)
+	b.figure(f.key+"_round_trips_per_run", q)
+	b.figure(f.key+"_idle_heartbeats_per_run", float64(idle.n())/runs)
+	b.figure(f.key+"_idle_heartbeat_tx_per_run", float64(idle.txs)/runs)
+	b.figure(f.key+"_server_ms_per_run", serverPerRun)
+	b.figure(f.key+"_handed_over_share", float64(handedOver.Load())/runs)
+	what := "most of the fleet idle, the queue short-lived"
+	if f == waitedFleet {
+		what = "the queue waiting for the nodes"
+	}
+	b.add(row{measure: fmt.Sprintf("lifecycle: submit → pick-up → started → succeeded (%d nodes, %s; %.0f%% picked up from the last result's answer, the rest by heartbeat; round trips and transactions per run, of its own calls)",
+		f.nodes, what, 100*float64(handedOver.Load())/runs),
 		value: perSec(rate, "runs") + ", " + cost, roundTrips: fmt.Sprintf("%.1f", q), txs: fmt.Sprintf("%.1f", tx),
 		target: verdict(rate >= 1000, "≥ 1,000 runs/s")})
 	b.add(row{measure: "  · server time per run (pg_stat_statements: execution and planning of all the section ran, lock and CPU waits included, over the runs finished)",

@@ -33,7 +33,7 @@ var (
 	outDir  = flag.String("out", "out", "where results.md, results.json and results.png go (fleet.md and fleet.json with -fleet)")
 	seconds = flag.Int("seconds", 10, "length of each throughput section")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	only    = flag.String("only", "", "run only these sections, comma-separated (alone,wake,submit,pickup,lifecycle,pgbench,river)")
+	only    = flag.String("only", "", "run only these sections, comma-separated (alone,wake,submit,pickup,lifecycle,lifecycle-queued,pgbench,river)")
 	fleet   = flag.Bool("fleet", false, "instead of the sections, a fleet of -fleet-nodes heartbeating at the advertised cadence while runs flow (make bench-fleet)")
 	fleetN  = flag.Int("fleet-nodes", 10000, "how many nodes -fleet simulates")
 	fleetW  = flag.Duration("fleet-window", 60*time.Second, "how long -fleet measures, after one heartbeat cycle of ramp")
@@ -101,6 +101,7 @@ func run(ctx context.Context) error {
 		{"submit", b.submits},
 		{"pickup", b.pickup},
 		{"lifecycle", b.lifecycle},
+		{"lifecycle-queued", b.lifecycleQueued},
 		{"pgbench", b.pgbench},
 		{"river", b.river},
 	}

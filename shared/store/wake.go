@@ -253,14 +253,16 @@ func (s *Store) walk(ctx context.Context, w *waking, heads []head, free *nodeSet
 			// refused at COMMIT: no one else is sure to use it, so a fresh sweep looks again.
 			end.raced = end.raced || outcome == nodesChanged
 			continue
-		case err != nil || outcome == runsTaken:
-			// Every run of the shape from the head on is promoted or held by another writer,
-			// or this promotion failed (logged; the walk goes on with the other shapes).
-			// Nothing more of this shape in this sweep; a fresh sweep looks again.
+		case err != nil:
+			// This promotion failed (logged; the walk goes on with the other shapes): a
+			// fresh sweep looks again.
 			end.raced = true
-			if err != nil {
-				s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
-			}
+			s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
+			continue
+		case outcome == runsTaken:
+			// Every run of the shape from the head on is promoted, or held by another writer
+			// that will place it, end it, or (a priority change) wake after its commit:
+			// nothing more of this shape, and nothing to look at again for it.
 			continue
 		}
 		res.Promoted++
