@@ -130,7 +130,7 @@ func buildCandidatesSQL(width int) string {
 			// OFFSET 0 keeps the lateral lookup a lookup: joined plainly, PostgreSQL read
 			// every capable node into a hash to match the few free ones walked.
 			return fmt.Sprintf(`(SELECT n.node_id, n.labels, true AS available
-         FROM (SELECT node_id FROM free_nodes WHERE spread %[1]s $%[2]d ORDER BY spread LIMIT %[3]d) f
+         FROM (SELECT f.node_id FROM free_nodes f WHERE f.spread %[1]s $%[2]d AND {{unheld f}} ORDER BY f.spread LIMIT %[3]d) f
          CROSS JOIN LATERAL (SELECT n.node_id, n.labels FROM nodes n WHERE n.node_id = f.node_id
              AND n.labels @> $%[4]d::text[] AND {{takes_work n}} OFFSET 0) n)`, cmp, seed, walkFree, i)
 		}
@@ -146,7 +146,7 @@ func buildCandidatesSQL(width int) string {
     (SELECT n.node_id, n.labels, true FROM nodes n
      WHERE (SELECT count(*) FROM walk%[1]d) < %[2]d
        AND n.labels @> $%[1]d::text[] AND {{takes_work n}}
-       AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id)
+       AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id AND {{unheld f}})
      LIMIT %[2]d)
     UNION ALL
     (SELECT n.node_id, n.labels, false FROM nodes n
@@ -189,7 +189,8 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 	return c.place(), c.queueWaiting, nil
 }
 
-// candidateRead is one run's read of the fleet (submit_candidates) and what it found.
+// candidateRead is one run's read of the fleet (submit_candidates) and what it found; in a
+// submit, also the queue as a wake would read it now (wake_start).
 type candidateRead struct {
 	run          NewRun
 	maxWidth     int
@@ -198,10 +199,12 @@ type candidateRead struct {
 	args         []any
 	nodes        []match.Node
 	queueWaiting bool
+	queue        statement
+	ahead        startRead
 }
 
 func (s *Store) readCandidates(run NewRun) *candidateRead {
-	c := &candidateRead{run: run, maxWidth: s.set.MaxRunWidth, tooWide: len(run.Roles) > s.set.MaxRunWidth}
+	c := &candidateRead{run: run, maxWidth: s.set.MaxRunWidth, tooWide: len(run.Roles) > s.set.MaxRunWidth, queue: s.wakeStart}
 	if c.tooWide {
 		return c
 	}
@@ -213,10 +216,11 @@ func (s *Store) readCandidates(run NewRun) *candidateRead {
 	return c
 }
 
-// queue adds the read to a batch (nothing when the run is too wide).
-func (c *candidateRead) queue(b *pgx.Batch) {
+// read adds the reads to a batch (nothing when the run is too wide).
+func (c *candidateRead) read(b *pgx.Batch) {
 	if !c.tooWide {
 		b.Queue(c.st.sql, c.args...).Query(c.scan)
+		b.Queue(c.queue.sql).Query(func(rows pgx.Rows) error { return c.ahead.scan(c.queue, rows) })
 	}
 }
 
@@ -245,10 +249,12 @@ func (c *candidateRead) place() match.Result {
 // same request answers the run as it stands; a different request under the same run_id is
 // ErrRunIDConflict. The caller wakes the queue after this returns when the run queued.
 //
-// A new run is placed directly only when nothing is queued. Otherwise it joins the queue and
-// the caller's wake decides, in arrival order: placing it directly would let it overtake older
-// runs waiting for the same nodes, and would walk straight past a starving wide run's
-// reservation. The insert checks that again itself: a run queued after the match is seen.
+// A new run is placed directly when nothing is queued, or when the queue leaves it room: a wake
+// walking the queue now would place every queued run it can and still leave nodes for it
+// (startRead.leaves), so it takes nothing an older run could use now, nor a node a starving
+// wide run keeps. Otherwise it joins the queue and the caller's wake decides, in queue order.
+// (Queueing every run while any was queued made a queue that drains in milliseconds catch
+// every run behind it: each paid a wake and a promotion, and answered 202 with nodes free.)
 //
 // The read of the fleet and the insert are one transaction in two round trips: the read takes
 // no lock, so the transaction holds nothing while the match runs in Go.
@@ -264,7 +270,7 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 		var out submitted
 		c := s.readCandidates(run)
 		return pipelined[submitted]{
-			read: c.queue,
+			read: c.read,
 			write: func(b *pgx.Batch) error {
 				out.res = c.place()
 				state, reason := Running, ""
@@ -273,10 +279,14 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 					state, reason = Failed, ReasonTooWide
 				case out.res.Verdict == match.Impossible && !run.WaitForCapacity:
 					state, reason = Failed, ReasonNoCapableNode
-				case out.res.Verdict != match.Placeable || c.queueWaiting:
+				case out.res.Verdict != match.Placeable:
 					state, out.res.Assigned = Queued, nil
+				case c.queueWaiting:
+					if out.res.Assigned = c.ahead.leaves(run, c.nodes, c.maxWidth); out.res.Assigned == nil {
+						state = Queued
+					}
 				}
-				return s.queueInsert(b, run, state, reason, out.res.Assigned, &out.stored)
+				return s.queueInsert(b, run, state, reason, out.res.Assigned, c.queueWaiting, &out.stored)
 			},
 			result: func() submitted { return out },
 		}
@@ -351,7 +361,7 @@ func (st storedRun) view(run NewRun) Run {
 func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
 	var stored storedRun
 	b := &pgx.Batch{}
-	if err := s.queueInsert(b, run, state, reason, assigned, &stored); err != nil {
+	if err := s.queueInsert(b, run, state, reason, assigned, false, &stored); err != nil {
 		return stored, err
 	}
 	return stored, s.pool.SendBatch(ctx, b).Close()
@@ -359,7 +369,9 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 
 // queueInsert adds the insert to a batch; once it has run, stored is what it stored (its state
 // is "" when the run_id already existed).
-func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assigned map[string]string, stored *storedRun) error {
+// behindQueue: the run is placed on room the queue leaves it (startRead.leaves), decided over
+// the queue as read; otherwise the insert stores it QUEUED should any run be queued by then.
+func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assigned map[string]string, behindQueue bool, stored *storedRun) error {
 	var aRoles, aNodes []string
 	for role, node := range assigned {
 		aRoles, aNodes = append(aRoles, role), append(aNodes, node)
@@ -388,7 +400,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assi
 		}
 		return err
 	}, named{
-		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles),
+		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles), "behind_queue": behindQueue,
 		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "priority": run.Priority, "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,

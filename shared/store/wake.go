@@ -196,7 +196,8 @@ type sweepEnd struct{ raced, partial, unmet bool }
 // placed nothing, and a head found no nodes among them, it reads the nodes per need of the
 // heads and walks again: a head needing a rare label must not wait behind a crowd of others.
 func (s *Store) sweep(ctx context.Context, w *waking) (sweepEnd, error) {
-	heads, avail, err := s.start(ctx, w.Held)
+	read, err := s.start(ctx, w.Held)
+	heads, avail := read.heads, read.avail
 	w.res.NodesRead += len(avail)
 	if err != nil || len(avail) == 0 {
 		return sweepEnd{}, err
@@ -284,16 +285,29 @@ func (s *Store) walk(ctx context.Context, w *waking, heads []head, free *nodeSet
 	return end, nil
 }
 
+// startRead is what wake_start read: the heads, how many runs of each head's shape are queued
+// (up to one more than the nodes it reads), and available nodes that could serve them.
+type startRead struct {
+	heads   []head
+	waiting map[string]int
+	avail   []AvailableNode
+}
+
 // start reads the heads and the available nodes that could serve them (wake_start).
-func (s *Store) start(ctx context.Context, held []string) (heads []head, avail []AvailableNode, err error) {
+func (s *Store) start(ctx context.Context, held []string) (startRead, error) {
 	start, args := s.wakeStart, []any{}
 	if len(held) > 0 {
 		start, args = s.wakeStartHolding, []any{named{"held": held}}
 	}
 	rows, err := start.query(ctx, s.pool, args...)
 	if err != nil {
-		return nil, nil, err
+		return startRead{}, err
 	}
+	var r startRead
+	return r, r.scan(start, rows)
+}
+
+func (r *startRead) scan(start statement, rows pgx.Rows) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
@@ -305,17 +319,58 @@ func (s *Store) start(ctx context.Context, held []string) (heads []head, avail [
 			protected *bool
 			roles     []match.Role
 			labels    []string
+			waiting   *int
 		)
-		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels); err != nil {
-			return nil, nil, start.fail(err)
+		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &waiting); err != nil {
+			return start.fail(err)
 		}
 		if isHead {
-			heads = append(heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles})
+			r.heads = append(r.heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles})
+			if r.waiting == nil {
+				r.waiting = map[string]int{}
+			}
+			r.waiting[*shape] = *waiting
 		} else {
-			avail = append(avail, AvailableNode{NodeID: id, Labels: labels})
+			r.avail = append(r.avail, AvailableNode{NodeID: id, Labels: labels})
 		}
 	}
-	return heads, avail, start.fail(rows.Err())
+	return start.fail(rows.Err())
+}
+
+// leaves says whether the queue, as read, leaves room for a run submitted behind it, and
+// where: a wake walking the queue now places every queued run it can — each head's shape as
+// many times as it has runs queued — in queue order, on the nodes read and the new run's own
+// available candidates, and the new run is placed on what that leaves, or not at all (nil).
+// Every queued run counts as ahead of it, whatever the priorities: the read does not say which
+// are, and assuming all of them takes nothing from anyone.
+func (r startRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map[string]string {
+	free := &nodeSet{list: slices.Clone(r.avail)}
+	for _, c := range candidates {
+		if c.Available && !slices.ContainsFunc(free.list, func(a AvailableNode) bool { return a.NodeID == c.ID }) {
+			free.list = append(free.list, AvailableNode{NodeID: c.ID, Labels: c.Labels})
+		}
+	}
+	queue := headQueue(slices.Clone(r.heads))
+	heap.Init(&queue)
+	for queue.Len() > 0 && free.size() > 0 {
+		h := heap.Pop(&queue).(head)
+		for range r.waiting[h.Shape] {
+			assigned, unmet := match.Assign(h.Roles, free.nodes(), h.RunID)
+			if len(unmet) > 0 {
+				if h.Protected {
+					free.removeCapable(h.Roles)
+				}
+				break
+			}
+			for _, node := range assigned {
+				free.remove(node)
+			}
+		}
+	}
+	if res := match.Place(matchRoles(run.Roles), free.nodes(), maxWidth, run.RunID); res.Verdict == match.Placeable {
+		return res.Assigned
+	}
+	return nil
 }
 
 // freeByNeed reads the available nodes per need of the heads (wake_free_by_need). partial: some

@@ -19,9 +19,11 @@ coalesce(
 
 -- name: wake_start
 -- All a sweep reads before it places anything, in one round trip: the head (the first run in
--- queue order) of every shape, and up to {{startNodes}} available nodes that could serve one of
--- them. It answers nothing unless both exist, so a wake that can place nothing costs this one
--- statement, whatever the depth of the queue or the size of the fleet.
+-- queue order) of every shape, with how many runs of its shape are queued (up to one more than
+-- the nodes it reads: a submit asks whether the queue leaves it room, queueAhead.leaves), and up
+-- to {{startNodes}} available nodes that could serve one of them. It answers nothing unless both
+-- exist, so a wake that can place nothing costs this one statement, whatever the depth of the
+-- queue or the size of the fleet.
 --
 -- The shapes come from queued_shapes, each head from two index lookups (head_of_shape): the
 -- cost grows with the number of shapes, not the depth of the queue. Every
@@ -45,10 +47,12 @@ WITH RECURSIVE {{queued_shapes}}, heads AS (
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
     LIMIT {{startNodes}}
 )
-SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles, NULL::text[]
+SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles, NULL::text[],
+       (SELECT count(*) FROM (SELECT 1 FROM runs q WHERE q.state = {{QUEUED}} AND q.shape = h.shape
+                              ORDER BY q.shape, {{arrival q}} LIMIT {{startNodes}} + 1) w)
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
-SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels FROM free f
+SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL FROM free f
 
 -- name: wake_next_of_shape
 -- The head of a shape (@head_shape) once its last head was promoted.

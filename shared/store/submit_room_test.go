@@ -1,0 +1,59 @@
+package store_test
+
+import (
+	"testing"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/store"
+)
+
+// queueWith leaves runs queued beside free nodes, as between a commit that freed nodes and the
+// wake after it: the boards (label board) are drained while the runs queue, then come back,
+// and no wake runs.
+func queueWith(env *apitest.Env, boards int, queued ...store.NewRun) {
+	env.T.Helper()
+	for i := range boards {
+		env.Heartbeat("board-"+string(rune('a'+i)), "b1", true, "board")
+	}
+	for _, r := range queued {
+		if got := env.Submit(r); got.Run.State != store.Queued {
+			env.T.Fatalf("%s: %s", r.RunID, got.Run.State)
+		}
+	}
+	env.Exec(`UPDATE nodes SET draining = false`)
+}
+
+// A submit takes the room the queue leaves: when the free nodes serve every queued run and
+// more, a new run is placed at once (201) instead of queueing behind runs that take nothing
+// from it; when they do not, it queues (202) and takes nothing an older run could use.
+func TestASubmitTakesOnlyTheRoomTheQueueLeaves(t *testing.T) {
+	t.Parallel()
+	wide := waiting("wide", "board")
+	wide.Roles = append(wide.Roles, store.NewRole{Name: "peer", Needs: []string{"board"}})
+	for _, tc := range []struct {
+		name   string
+		boards int
+		queued []store.NewRun
+		want   string
+	}{
+		{"room for the queue and the new run", 2, []store.NewRun{apitest.NewRun("old", "board")}, store.Running},
+		{"the queue takes every free node", 2, []store.NewRun{apitest.NewRun("old-1", "board"), apitest.NewRun("old-2", "board")}, store.Queued},
+		{"a wide run waits for both boards", 2, []store.NewRun{wide}, store.Queued},
+		{"the queue waits for another kind", 1, []store.NewRun{waiting("gpu", "gpu")}, store.Running},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := apitest.New(t)
+			queueWith(env, tc.boards, tc.queued...)
+			if got := env.Submit(apitest.NewRun("new", "board")); got.Run.State != tc.want {
+				t.Fatalf("new run: %s, want %s", got.Run.State, tc.want)
+			}
+			// Whatever the submit did, a wake now places every older run waiting for boards:
+			// the new run took nothing from them.
+			env.Wake()
+			if n := env.Count(`SELECT count(*) FROM runs WHERE state = 'QUEUED' AND run_id <> 'new' AND shape LIKE '%board%'`); n != 0 {
+				t.Errorf("%d older runs still wait for boards after the wake", n)
+			}
+		})
+	}
+}
