@@ -343,10 +343,22 @@ func (r *startRead) scan(start statement, rows pgx.Rows) error {
 // available candidates, and the new run is placed on what that leaves, or not at all (nil).
 // Every queued run counts as ahead of it, whatever the priorities: the read does not say which
 // are, and assuming all of them takes nothing from anyone.
+//
+// The queued runs take the nodes the queue's read found first, and the new run its own
+// candidates first: those come from a walk of its own (submit_candidates), so concurrent
+// submits reach for different nodes instead of colliding on the ones every read finds first.
 func (r startRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map[string]string {
 	free := &nodeSet{list: slices.Clone(r.avail)}
+	var own []string
+	for _, a := range r.avail {
+		free.prefer = append(free.prefer, a.NodeID)
+	}
 	for _, c := range candidates {
-		if c.Available && !slices.ContainsFunc(free.list, func(a AvailableNode) bool { return a.NodeID == c.ID }) {
+		if !c.Available {
+			continue
+		}
+		own = append(own, c.ID)
+		if !slices.ContainsFunc(free.list, func(a AvailableNode) bool { return a.NodeID == c.ID }) {
 			free.list = append(free.list, AvailableNode{NodeID: c.ID, Labels: c.Labels})
 		}
 	}
@@ -367,6 +379,7 @@ func (r startRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map
 			}
 		}
 	}
+	free.prefer = own
 	if res := match.Place(matchRoles(run.Roles), free.nodes(), maxWidth, run.RunID); res.Verdict == match.Placeable {
 		return res.Assigned
 	}

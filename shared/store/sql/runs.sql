@@ -56,8 +56,9 @@ SELECT owner, request_hash FROM runs WHERE run_id = $1
 -- (SKIP LOCKED: a collision costs nothing, it does not wait), the run is stored QUEUED instead
 -- (avail comes up short); should a lease still slip in, leases_pkey refuses the whole statement
 -- and Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
--- A run decided RUNNING over a queue it saw empty is stored QUEUED should a run be queued by
--- now; one placed on the room a queue it saw leaves (@behind_queue) is not re-decided here.
+-- A run decided RUNNING over a queue it saw empty is stored QUEUED should a run that arrived
+-- before it be queued by now (runs_queue finds the oldest); one placed on the room a queue it
+-- saw leaves (@behind_queue) is not re-decided here.
 -- ON CONFLICT DO NOTHING makes concurrent submits of one run_id store one row. It names no
 -- conflict target on purpose: runs_run_id_state_key (the target of I2's foreign key) is a
 -- second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin still raised
@@ -69,7 +70,8 @@ WITH avail AS (
     {{take_free_nodes a}}
 ), decided AS (
     SELECT CASE WHEN @state::text = {{RUNNING}} AND ((SELECT count(*) FROM avail) <> @width::int
-                     OR (NOT @behind_queue::bool AND EXISTS (SELECT 1 FROM runs WHERE state = {{QUEUED}}))) THEN {{QUEUED}}
+                     OR (NOT @behind_queue::bool AND EXISTS (
+                         SELECT 1 FROM runs q WHERE q.state = {{QUEUED}} AND ({{arrival q}}) < (now(), @run_id::text)))) THEN {{QUEUED}}
                 ELSE @state::text END AS state
 ), run AS (
     INSERT INTO runs (run_id, owner, state, reason, priority, request_hash, shape, width, max_attempts,
