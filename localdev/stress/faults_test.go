@@ -132,7 +132,7 @@ func TestConnectionLostAfterSubmitCommitted(t *testing.T) {
 	env, k := faulty(t)
 	env.Beat("A", "b1", false, "board")
 	env.Do(apitest.Client("c"), "POST", "/v1/runs", submitBody("first", "board"))
-	k.arm("/* wake: start */", 1)
+	k.arm("/* wake: start */", 2) // the first is the submit's own read of the queue
 	resp := env.Do(apitest.Client("c"), "POST", "/v1/runs", submitBody("r", "board"))
 	mustFire(t, k)
 	if resp.Status != 202 || env.State("r") != store.Queued {
