@@ -37,7 +37,7 @@ func (b *bench) submits(ctx context.Context) error {
 	b.figure("submit_201_runs_per_s", rate)
 	title := "submit → 201 RUNNING (8 clients)"
 	if queuedToo > 0 {
-		title = fmt.Sprintf("submit → 201 RUNNING (8 clients; %d of %d answered 202: queued on losing a board to a concurrent submit, or behind one that did, then placed by the wake)", queuedToo, n)
+		title = fmt.Sprintf("submit → 201 RUNNING (8 clients; %d of %d answered 202: queued on losing a board to a concurrent submit, or when the runs queued so needed every free board, then placed by the wake)", queuedToo, n)
 	}
 	b.add(latencyRow(title, perSec(rate, "runs")+", "+cpuPer(cpu, int64(n)), placed,
 		verdict(placed.pct(0.99) < 6*time.Millisecond, "p99 < 6 ms")))

@@ -235,7 +235,7 @@ func TestWakeFailsAfterCommit(t *testing.T) {
 	env.Do(apitest.Client("c"), "POST", "/v1/runs", submitBody("b", "board"))
 	epoch := env.Epoch("A")
 	env.Report("A", "b1", epoch, "a", "s1", "started")
-	k.arm("/* wake: start */", 1) // the wake's first query
+	k.arm("/* wake: promote */", 1) // the wake's first statement: it starts from the report's read
 	resp := env.Report("A", "b1", epoch, "a", "s1", "succeeded")
 	mustFire(t, k)
 	if resp.Status != 200 || env.State("a") != store.Succeeded {

@@ -53,7 +53,8 @@ func result(c *call) (reply, error) {
 	// alone — and when the wake placed a run on it the answer hands the node that run, so a
 	// busy node goes from one run to the next without waiting for its next heartbeat. (A run
 	// another wake placed on it comes with that heartbeat.)
-	freed := store.WakeParams{Prefer: []string{p.NodeID}, Held: res.Held, HandOver: &store.NodeAtBoot{NodeID: p.NodeID, BootID: p.BootID}}
+	freed := store.WakeParams{Prefer: []string{p.NodeID}, Held: res.Held, Read: res.Read,
+		HandOver: &store.NodeAtBoot{NodeID: p.NodeID, BootID: p.BootID}}
 	if next := c.afterCommit([]string{runID}, res.CapacityAppeared, freed).HandedOver; next != nil {
 		answer["next_run"] = map[string]any{"lease": next.Lease, "steps": next.Steps}
 	}

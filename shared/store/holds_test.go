@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"mediator/localdev/apitest"
+	"mediator/localdev/pgcount"
 	"mediator/shared/store"
 )
 
@@ -41,7 +42,8 @@ func finish(env *apitest.Env, node, runID string) store.ReportResult {
 // submit's, the reaper's) pass it by, and the reporter's own wake places the run on it.
 func TestAReportHoldsTheNodeTheQueueWaitsFor(t *testing.T) {
 	t.Parallel()
-	env := apitest.New(t)
+	var counter pgcount.Counter
+	env := apitest.New(t, apitest.Tracer(&counter))
 	busy(env, "A", "r1")
 	env.Submit(apitest.NewRun("r2", "board"))
 	res := finish(env, "A", "r1")
@@ -51,9 +53,18 @@ func TestAReportHoldsTheNodeTheQueueWaitsFor(t *testing.T) {
 	if woke := env.Wake(); woke.Promoted != 0 {
 		t.Fatalf("another wake placed on the held node: %+v", woke)
 	}
-	woke, err := env.Store.WakeQueued(context.Background(), store.WakeParams{Held: res.Held, HandOver: &store.NodeAtBoot{NodeID: "A", BootID: "b1"}})
+	if res.Read == nil {
+		t.Fatal("the report did not read the queue for its wake")
+	}
+	// The wake starts from the report's read: its promotion, with the node's work, is all it
+	// sends.
+	before := counter.Read()
+	woke, err := env.Store.WakeQueued(context.Background(), store.WakeParams{Held: res.Held, Read: res.Read, HandOver: &store.NodeAtBoot{NodeID: "A", BootID: "b1"}})
 	if err != nil || woke.Promoted != 1 || woke.HandedOver == nil || woke.HandedOver.Lease.RunID != "r2" || len(woke.HandedOver.Steps) != 1 {
 		t.Fatalf("the reporter's wake: %+v %v", woke, err)
+	}
+	if tx := counter.Read().Since(before).Txs; tx != 1 {
+		t.Fatalf("the reporter's wake took %d transactions, want 1", tx)
 	}
 }
 
@@ -95,7 +106,7 @@ func TestAHoldTheWakeCannotUseIsLetGo(t *testing.T) {
 	if !slices.Equal(res.Held, []string{"A"}) {
 		t.Fatalf("held: %v", res.Held)
 	}
-	woke, err := env.Store.WakeQueued(context.Background(), store.WakeParams{Held: res.Held})
+	woke, err := env.Store.WakeQueued(context.Background(), store.WakeParams{Held: res.Held, Read: res.Read})
 	if err != nil || woke.Promoted != 0 || woke.Sweeps < 2 {
 		t.Fatalf("the reporter's wake: %+v %v", woke, err)
 	}

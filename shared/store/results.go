@@ -42,6 +42,11 @@ type ReportResult struct {
 	// Held are the released nodes held for the caller's wake (WakeParams.Held), because runs
 	// were queued: no other wake places on them until that wake has, or has let them go.
 	Held []string
+	// Read is the queue as read inside the report's transaction once it held the reporter's
+	// node (report_wake_start; WakeParams.Read), or nil.
+	Read *QueueRead
+	// freesReporter: the write releases the reporter's own lease.
+	freesReporter bool
 }
 
 // reportStep is a step as the report path reads it.
@@ -73,7 +78,23 @@ func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error
 		var res ReportResult
 		return pipelined[ReportResult]{
 			read:   func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
-			write:  func(b *pgx.Batch) error { return planReport(lr, p, b, &res) },
+			write: func(b *pgx.Batch) error {
+				if err := planReport(lr, p, b, &res); err != nil || !res.freesReporter {
+					return err
+				}
+				// After the write, so it sees the hold: the reporter's wake starts from it.
+				read := &QueueRead{}
+				b.Queue(s.reportWakeStart.sql, named{"node": p.NodeID, "held": []string{p.NodeID}}).Query(func(rows pgx.Rows) error {
+					if err := read.scan(s.reportWakeStart, rows); err != nil {
+						return err
+					}
+					if slices.Contains(res.Held, p.NodeID) {
+						res.Read = read
+					}
+					return nil
+				})
+				return nil
+			},
 			result: func() ReportResult { return res },
 		}
 	})
@@ -117,6 +138,7 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 	if len(d.skip) == 0 && len(d.release) == 0 && d.settle == "" {
 		write = reportStepStmt
 	}
+	res.freesReporter = d.settle != "" || slices.Contains(d.release, st.Role)
 	next := d.next(st.Role)
 	write.queue(b, func(row pgx.Row) error {
 		var wrote int

@@ -32,8 +32,9 @@ type Store struct {
 	set  Settings
 	log  *slog.Logger
 	// The wake's statements that read heads, with this store's starvation bound written in;
-	// wake_start twice: for a wake that holds no node, and for one that does.
-	wakeStart, wakeStartHolding, wakeNextOfShape, wakePromoteProtected statement
+	// wake_start twice: for a wake that holds no node, and for one that does; and its twin
+	// read inside a report's transaction.
+	wakeStart, wakeStartHolding, reportWakeStart, wakeNextOfShape, wakePromoteProtected statement
 }
 
 // Settings are the durations and limits the store decides by. The store takes them as given;
@@ -111,6 +112,7 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 	}
 	return &Store{pool: pool, set: set, log: log,
 		wakeStart: withNoneHeld(withStarvation(wakeStart, set.Starvation)), wakeStartHolding: withStarvation(wakeStart, set.Starvation),
+		reportWakeStart: withStarvation(reportWakeStart, set.Starvation),
 		wakeNextOfShape:      withStarvation(wakeNextOfShape, set.Starvation),
 		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation)}
 }

@@ -200,7 +200,7 @@ type candidateRead struct {
 	nodes        []match.Node
 	queueWaiting bool
 	queue        statement
-	ahead        startRead
+	ahead        QueueRead
 }
 
 func (s *Store) readCandidates(run NewRun) *candidateRead {
@@ -251,7 +251,7 @@ func (c *candidateRead) place() match.Result {
 //
 // A new run is placed directly when nothing is queued, or when the queue leaves it room: a wake
 // walking the queue now would place every queued run it can and still leave nodes for it
-// (startRead.leaves), so it takes nothing an older run could use now, nor a node a starving
+// (QueueRead.leaves), so it takes nothing an older run could use now, nor a node a starving
 // wide run keeps. Otherwise it joins the queue and the caller's wake decides, in queue order.
 // (Queueing every run while any was queued made a queue that drains in milliseconds catch
 // every run behind it: each paid a wake and a promotion, and answered 202 with nodes free.)
@@ -369,7 +369,7 @@ func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string,
 
 // queueInsert adds the insert to a batch; once it has run, stored is what it stored (its state
 // is "" when the run_id already existed).
-// behindQueue: the run is placed on room the queue leaves it (startRead.leaves), decided over
+// behindQueue: the run is placed on room the queue leaves it (QueueRead.leaves), decided over
 // the queue as read; otherwise the insert stores it QUEUED should any run be queued by then.
 func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assigned map[string]string, behindQueue bool, stored *storedRun) error {
 	var aRoles, aNodes []string

@@ -69,6 +69,9 @@ type WakeParams struct {
 	// boot: a promotion onto it reads the node's work in its own transaction, so the answer
 	// hands the node its next run without another query.
 	HandOver *NodeAtBoot
+	// Read is the queue as the caller's report read it inside its own transaction, after it
+	// held the node it freed (ReportResult.Read): the first sweep starts from it.
+	Read *QueueRead
 }
 
 // NodeAtBoot is a node under one boot.
@@ -142,6 +145,7 @@ var (
 	wakeFreeByNeed  = stmt("wake_free_by_need")
 	wakePromote     = stmt("wake_promote")
 	wakeLetGo       = stmt("wake_let_go")
+	reportWakeStart = stmt("report_wake_start")
 	// wakePromoteProtected reads the starvation bound: Store.New writes it in.
 	wakePromoteProtected = stmt("wake_promote_protected")
 )
@@ -196,7 +200,12 @@ type sweepEnd struct{ raced, partial, unmet bool }
 // placed nothing, and a head found no nodes among them, it reads the nodes per need of the
 // heads and walks again: a head needing a rare label must not wait behind a crowd of others.
 func (s *Store) sweep(ctx context.Context, w *waking) (sweepEnd, error) {
-	read, err := s.start(ctx, w.Held)
+	read, err := QueueRead{}, error(nil)
+	if w.Read != nil {
+		read, w.Read = *w.Read, nil
+	} else {
+		read, err = s.start(ctx, w.Held)
+	}
 	heads, avail := read.heads, read.avail
 	w.res.NodesRead += len(avail)
 	if err != nil || len(avail) == 0 {
@@ -285,29 +294,29 @@ func (s *Store) walk(ctx context.Context, w *waking, heads []head, free *nodeSet
 	return end, nil
 }
 
-// startRead is what wake_start read: the heads, how many runs of each head's shape are queued
+// QueueRead is what wake_start read: the heads, how many runs of each head's shape are queued
 // (up to one more than the nodes it reads), and available nodes that could serve them.
-type startRead struct {
+type QueueRead struct {
 	heads   []head
 	waiting map[string]int
 	avail   []AvailableNode
 }
 
 // start reads the heads and the available nodes that could serve them (wake_start).
-func (s *Store) start(ctx context.Context, held []string) (startRead, error) {
+func (s *Store) start(ctx context.Context, held []string) (QueueRead, error) {
 	start, args := s.wakeStart, []any{}
 	if len(held) > 0 {
 		start, args = s.wakeStartHolding, []any{named{"held": held}}
 	}
 	rows, err := start.query(ctx, s.pool, args...)
 	if err != nil {
-		return startRead{}, err
+		return QueueRead{}, err
 	}
-	var r startRead
+	var r QueueRead
 	return r, r.scan(start, rows)
 }
 
-func (r *startRead) scan(start statement, rows pgx.Rows) error {
+func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
@@ -347,7 +356,7 @@ func (r *startRead) scan(start statement, rows pgx.Rows) error {
 // The queued runs take the nodes the queue's read found first, and the new run its own
 // candidates first: those come from a walk of its own (submit_candidates), so concurrent
 // submits reach for different nodes instead of colliding on the ones every read finds first.
-func (r startRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map[string]string {
+func (r QueueRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map[string]string {
 	free := &nodeSet{list: slices.Clone(r.avail)}
 	var own []string
 	for _, a := range r.avail {

@@ -20,7 +20,7 @@ coalesce(
 -- name: wake_start
 -- All a sweep reads before it places anything, in one round trip: the head (the first run in
 -- queue order) of every shape, with how many runs of its shape are queued (up to one more than
--- the nodes it reads: a submit asks whether the queue leaves it room, queueAhead.leaves), and up
+-- the nodes it reads: a submit asks whether the queue leaves it room, QueueRead.leaves), and up
 -- to {{startNodes}} available nodes that could serve one of them. It answers nothing unless both
 -- exist, so a wake that can place nothing costs this one statement, whatever the depth of the
 -- queue or the size of the fleet.
@@ -33,6 +33,21 @@ coalesce(
 -- and hashed every queued run to find the heads (TestWakeStartLooksHeadsUp). A node no head
 -- could use is of no use to any queued run.
 /* wake: start */
+{{heads_and_free}}
+
+-- name: report_wake_start
+-- wake_start inside a report's transaction, for the reporter's wake to start from, when the
+-- report holds the node it freed (@node; @held names it again for wake_may_use). The read sees
+-- every run committed before it, and a run queued after it passes the held node by, so the wake
+-- places on that node without a read of its own after the commit (WakeParams.Read); what it
+-- cannot place there it lets go and reads afresh. Without the hold it answers nothing: then the
+-- wake reads after the commit, as every other does.
+/* report: wake start */
+SELECT * FROM ({{heads_and_free}}) w
+WHERE EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = @node::text AND f.held_until > now())
+
+-- fragment: heads_and_free
+-- wake_start's read (see there).
 WITH RECURSIVE {{queued_shapes}}, heads AS (
     SELECT h.* FROM shapes s CROSS JOIN LATERAL (
         SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}} OFFSET 0
