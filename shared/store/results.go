@@ -77,7 +77,7 @@ func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error
 		var lr lockedRun
 		var res ReportResult
 		return pipelined[ReportResult]{
-			read:   func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
+			read: func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
 			write: func(b *pgx.Batch) error {
 				if err := planReport(lr, p, b, &res); err != nil || !res.freesReporter {
 					return err

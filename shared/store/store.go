@@ -112,7 +112,7 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 	}
 	return &Store{pool: pool, set: set, log: log,
 		wakeStart: withNoneHeld(withStarvation(wakeStart, set.Starvation)), wakeStartHolding: withStarvation(wakeStart, set.Starvation),
-		reportWakeStart: withStarvation(reportWakeStart, set.Starvation),
+		reportWakeStart:      withStarvation(reportWakeStart, set.Starvation),
 		wakeNextOfShape:      withStarvation(wakeNextOfShape, set.Starvation),
 		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation)}
 }
