@@ -82,21 +82,27 @@ func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error
 				if err := planReport(lr, p, b, &res); err != nil || !res.freesReporter {
 					return err
 				}
-				// After the write, so it sees the hold: the reporter's wake starts from it.
-				read := &QueueRead{}
-				b.Queue(s.reportWakeStart.sql, named{"node": p.NodeID, "held": []string{p.NodeID}}).Query(func(rows pgx.Rows) error {
-					if err := read.scan(s.reportWakeStart, rows); err != nil {
-						return err
-					}
-					if slices.Contains(res.Held, p.NodeID) {
-						res.Read = read
-					}
-					return nil
-				})
+				s.queueReportRead(b, p.NodeID, &res)
 				return nil
 			},
 			result: func() ReportResult { return res },
 		}
+	})
+}
+
+// queueReportRead reads the queue after the write, inside the report's transaction, so that it
+// sees the hold on the reporter's node: the reporter's wake starts from it (res.Read), and from
+// nothing when the node is not held.
+func (s *Store) queueReportRead(b *pgx.Batch, node string, res *ReportResult) {
+	read := &QueueRead{}
+	b.Queue(s.reportWakeStart.sql, named{"node": node, "held": []string{node}}).Query(func(rows pgx.Rows) error {
+		if err := read.scan(s.reportWakeStart, rows); err != nil {
+			return err
+		}
+		if slices.Contains(res.Held, node) {
+			res.Read = read
+		}
+		return nil
 	})
 }
 
