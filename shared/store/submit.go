@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -273,20 +274,25 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 			read: c.read,
 			write: func(b *pgx.Batch) error {
 				out.res = c.place()
-				state, reason := Running, ""
+				pl := placement{state: Running, behindQueue: c.queueWaiting}
 				switch {
 				case out.res.Verdict == match.TooWide:
-					state, reason = Failed, ReasonTooWide
+					pl.state, pl.reason = Failed, ReasonTooWide
 				case out.res.Verdict == match.Impossible && !run.WaitForCapacity:
-					state, reason = Failed, ReasonNoCapableNode
+					pl.state, pl.reason = Failed, ReasonNoCapableNode
 				case out.res.Verdict != match.Placeable:
-					state, out.res.Assigned = Queued, nil
+					pl.state, out.res.Assigned = Queued, nil
 				case c.queueWaiting:
-					if out.res.Assigned = c.ahead.leaves(run, c.nodes, c.maxWidth); out.res.Assigned == nil {
-						state = Queued
+					var left []match.Node
+					if out.res.Assigned, left = c.ahead.leaves(run, c.nodes, c.maxWidth); out.res.Assigned == nil {
+						pl.state = Queued
 					}
+					pl.spare = spares(run, out.res.Assigned, left)
+				default:
+					pl.spare = spares(run, out.res.Assigned, c.nodes)
 				}
-				return s.queueInsert(b, run, state, reason, out.res.Assigned, c.queueWaiting, &out.stored)
+				pl.assigned = out.res.Assigned
+				return s.queueInsert(b, run, pl, &out.stored)
 			},
 			result: func() submitted { return out },
 		}
@@ -361,21 +367,55 @@ func (st storedRun) view(run NewRun) Run {
 func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
 	var stored storedRun
 	b := &pgx.Batch{}
-	if err := s.queueInsert(b, run, state, reason, assigned, false, &stored); err != nil {
+	if err := s.queueInsert(b, run, placement{state: state, reason: reason, assigned: assigned}, &stored); err != nil {
 		return stored, err
 	}
 	return stored, s.pool.SendBatch(ctx, b).Close()
 }
 
+// placement is how a submit stores its run.
+type placement struct {
+	state, reason string
+	assigned      map[string]string // role → node, for a run stored RUNNING
+	// spare: for a one-role run, other free nodes for its role, best first: the insert takes
+	// the first of the chosen node and these that is still free.
+	spare []string
+	// behindQueue: the run is placed on room the queue leaves it (QueueRead.leaves), decided
+	// over the queue as read; otherwise the insert stores it QUEUED should a run that arrived
+	// before it be queued by then.
+	behindQueue bool
+}
+
+// maxSpare bounds a one-role run's spare nodes.
+const maxSpare = 3
+
+// spares are a one-role run's spare nodes: the available nodes of list that serve its role,
+// but the one assigned.
+func spares(run NewRun, assigned map[string]string, list []match.Node) []string {
+	if len(run.Roles) != 1 || assigned == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range list {
+		if len(out) < maxSpare && n.Available && n.ID != assigned[run.Roles[0].Name] &&
+			!slices.Contains(out, n.ID) && match.Satisfies(n.Labels, run.Roles[0].Needs) {
+			out = append(out, n.ID)
+		}
+	}
+	return out
+}
+
 // queueInsert adds the insert to a batch; once it has run, stored is what it stored (its state
 // is "" when the run_id already existed).
-// behindQueue: the run is placed on room the queue leaves it (QueueRead.leaves), decided over
-// the queue as read; otherwise the insert stores it QUEUED should any run be queued by then.
-func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assigned map[string]string, behindQueue bool, stored *storedRun) error {
+func (s *Store) queueInsert(b *pgx.Batch, run NewRun, pl placement, stored *storedRun) error {
 	var aRoles, aNodes []string
-	for role, node := range assigned {
+	for role, node := range pl.assigned {
 		aRoles, aNodes = append(aRoles, role), append(aNodes, node)
 	}
+	for _, node := range pl.spare {
+		aRoles, aNodes = append(aRoles, run.Roles[0].Name), append(aNodes, node)
+	}
+	state, reason := pl.state, pl.reason
 	var names []string
 	for _, r := range run.Roles {
 		names = append(names, r.Name)
@@ -390,17 +430,22 @@ func (s *Store) queueInsert(b *pgx.Batch, run NewRun, state, reason string, assi
 	}
 	*stored = storedRun{reason: reason}
 	submitInsertStmt.queue(b, func(row pgx.Row) error {
-		err := row.Scan(&stored.state, &stored.createdAt, &stored.position)
+		var roles, nodes []string
+		err := row.Scan(&stored.state, &stored.createdAt, &stored.position, &roles, &nodes)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run_id exists: stored.state stays ""
 		}
 		if stored.state == Running {
-			// Only then: a run planned RUNNING is stored QUEUED when a chosen node was gone.
-			stored.assigned = assigned
+			// Only then: a run planned RUNNING is stored QUEUED when a chosen node was gone;
+			// and a one-role run may be on a spare.
+			stored.assigned = map[string]string{}
+			for i := range min(len(roles), len(nodes)) {
+				stored.assigned[roles[i]] = nodes[i]
+			}
 		}
 		return err
 	}, named{
-		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles), "behind_queue": behindQueue,
+		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles), "behind_queue": pl.behindQueue,
 		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "priority": run.Priority, "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 
 	"mediator/localdev/apitest"
@@ -55,5 +56,36 @@ func TestASubmitTakesOnlyTheRoomTheQueueLeaves(t *testing.T) {
 				t.Errorf("%d older runs still wait for boards after the wake", n)
 			}
 		})
+	}
+}
+
+// A one-role run whose chosen node another writer is taking at that moment takes a spare
+// instead of queueing: concurrent submits reaching for one board no longer queue all but one.
+func TestASubmitTakesASpareWhenItsNodeIsBeingTaken(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	env.Heartbeat("B", "b1", false, "board")
+	run := apitest.NewRun("r", "board")
+	verdict, err := env.Store.DryRun(context.Background(), run)
+	if err != nil || verdict.Assigned["main"] == "" {
+		t.Fatalf("dry run: %+v %v", verdict, err)
+	}
+	chosen := verdict.Assigned["main"]
+	tx, err := env.Store.Pool().Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	// What a concurrent submit or promotion taking the node holds.
+	if _, err := tx.Exec(context.Background(), `SELECT 1 FROM free_nodes WHERE node_id = $1 FOR UPDATE`, chosen); err != nil {
+		t.Fatal(err)
+	}
+	got := env.Submit(run)
+	if got.Run.State != store.Running || got.Run.Roles["main"].NodeID == chosen || got.Run.Roles["main"].NodeID == "" {
+		t.Fatalf("with %s being taken: %s on %q", chosen, got.Run.State, got.Run.Roles["main"].NodeID)
+	}
+	if n := env.Count(`SELECT count(*) FROM leases WHERE run_id = 'r' AND node_id <> $1`, chosen); n != 1 {
+		t.Fatalf("%d leases on the spare", n)
 	}
 }

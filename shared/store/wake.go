@@ -347,7 +347,7 @@ func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 }
 
 // leaves says whether the queue, as read, leaves room for a run submitted behind it, and
-// where: a wake walking the queue now places every queued run it can — each head's shape as
+// where (and what is left): a wake walking the queue now places every queued run it can — each head's shape as
 // many times as it has runs queued — in queue order, on the nodes read and the new run's own
 // available candidates, and the new run is placed on what that leaves, or not at all (nil).
 // Every queued run counts as ahead of it, whatever the priorities: the read does not say which
@@ -356,7 +356,7 @@ func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 // The queued runs take the nodes the queue's read found first, and the new run its own
 // candidates first: those come from a walk of its own (submit_candidates), so concurrent
 // submits reach for different nodes instead of colliding on the ones every read finds first.
-func (r QueueRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map[string]string {
+func (r QueueRead) leaves(run NewRun, candidates []match.Node, maxWidth int) (map[string]string, []match.Node) {
 	free := &nodeSet{list: slices.Clone(r.avail)}
 	var own []string
 	for _, a := range r.avail {
@@ -389,10 +389,25 @@ func (r QueueRead) leaves(run NewRun, candidates []match.Node, maxWidth int) map
 		}
 	}
 	free.prefer = own
-	if res := match.Place(matchRoles(run.Roles), free.nodes(), maxWidth, run.RunID); res.Verdict == match.Placeable {
-		return res.Assigned
+	left := free.nodes()
+	slices.SortStableFunc(left, func(a, b match.Node) int { // its own candidates first, as spares
+		return cmpBool(b.Preferred, a.Preferred)
+	})
+	if res := match.Place(matchRoles(run.Roles), left, maxWidth, run.RunID); res.Verdict == match.Placeable {
+		return res.Assigned, left
 	}
-	return nil
+	return nil, left
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // freeByNeed reads the available nodes per need of the heads (wake_free_by_need). partial: some

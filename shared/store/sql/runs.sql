@@ -54,7 +54,9 @@ SELECT owner, request_hash FROM runs WHERE run_id = $1
 -- assignment is re-checked inside it, on the chosen nodes' free_nodes rows (see wake_promote):
 -- if one was leased after the match, or another submit or promotion is taking it right now
 -- (SKIP LOCKED: a collision costs nothing, it does not wait), the run is stored QUEUED instead
--- (avail comes up short); should a lease still slip in, leases_pkey refuses the whole statement
+-- (avail comes up short). A one-role run names spare nodes after its choice (the role again in
+-- @assign_roles), and takes the first still free: concurrent submits reaching for one board
+-- no longer queue all but one of them; should a lease still slip in, leases_pkey refuses the whole statement
 -- and Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
 -- A run decided RUNNING over a queue it saw empty is stored QUEUED should a run that arrived
 -- before it be queued by now (runs_queue finds the oldest); one placed on the room a queue it
@@ -66,8 +68,10 @@ SELECT owner, request_hash FROM runs WHERE run_id = $1
 /* submit: insert */
 WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
-    FROM unnest(@assign_roles::text[], @nodes::text[]) AS a(role, node_id)
-    {{take_free_nodes a}}
+    FROM unnest(@assign_roles::text[], @nodes::text[]) WITH ORDINALITY AS a(role, node_id, ord)
+    {{free_nodes_among a}}
+    ORDER BY a.ord LIMIT @width::int
+    {{hold_free_nodes}}
 ), decided AS (
     SELECT CASE WHEN @state::text = {{RUNNING}} AND ((SELECT count(*) FROM avail) <> @width::int
                      OR (NOT @behind_queue::bool AND EXISTS (
@@ -108,7 +112,8 @@ WITH avail AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = {{FAILED}} THEN @reason::text END FROM run
 )
-SELECT r.state, r.created_at, {{queue_position r}}
+SELECT r.state, r.created_at, {{queue_position r}},
+       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail)
 FROM run r
 
 -- name: set_priority

@@ -93,16 +93,24 @@ CROSS JOIN LATERAL (
 -- Follows a list a of chosen nodes (column node_id; @nodes lists them again, so the plan looks
 -- them up and never scans the fleet) and holds those still free and live, by their free_nodes
 -- rows, skipping any another writer is taking: wake_promote says why those rows. A submit's
--- placement and a promotion both take nodes through it.
---
--- It also takes the key-share lock on each node's row that the lease's foreign key will want,
--- skipping a node whose row a restart or a removal holds: taken later, by the lease insert,
--- that lock waited for the restart's transaction while the promotion held the run it picked,
--- and every other wake skipped that run and placed the ones behind it. A routine heartbeat
--- does not conflict with it (it changes no key).
+-- placement and a promotion both take nodes through it (a submit puts an ORDER BY and a LIMIT
+-- between its two halves).
+{{free_nodes_among a}}
+{{hold_free_nodes}}
+
+-- fragment: free_nodes_among(a)
+-- The first half of take_free_nodes: the chosen nodes still free and live.
 JOIN free_nodes f ON f.node_id = a.node_id
 JOIN nodes n ON n.node_id = f.node_id
 WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) AND {{takes_work n}}
+
+-- fragment: hold_free_nodes
+-- The second half of take_free_nodes: the locks. It also takes the key-share lock on each
+-- node's row that the lease's foreign key will want, skipping a node whose row a restart or a
+-- removal holds: taken later, by the lease insert, that lock waited for the restart's
+-- transaction while the promotion held the run it picked, and every other wake skipped that run
+-- and placed the ones behind it. A routine heartbeat does not conflict with it (it changes no
+-- key).
 FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
 
 -- fragment: promote_slots
