@@ -64,9 +64,9 @@ type pipelined[T any] struct {
 }
 
 // pipelinedTx runs one transaction in two round trips: BEGIN and the reads go in the first,
-// the writes and COMMIT in the second (in one round trip, when there is nothing to read first). Each round trip of a transaction is time its row locks
-// are held while the network and the scheduler decide; the report path, the busiest writer,
-// held a run's lock across five of them. Retried as inTx is, each try from a fresh attempt().
+// the writes and COMMIT in the second (all in one, when there is nothing to read first). Each
+// round trip of a transaction is time its row locks are held while the network and the
+// scheduler decide; the report path, the busiest writer, held a run's lock across five of them. Retried as inTx is, each try from a fresh attempt().
 func pipelinedTx[T any](ctx context.Context, s *Store, attempt func() pipelined[T]) (T, error) {
 	var res T
 	var err error
