@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,10 +25,8 @@ import (
 	"mediator/cmd/mediator/agent"
 	"mediator/localdev/agentlog"
 	"mediator/localdev/apitest"
-	"mediator/localdev/gateway"
 	"mediator/shared/client"
 	"mediator/shared/config"
-	"mediator/shared/httpapi"
 )
 
 // These tests run real `mediator agent` processes against the real handlers on PostgreSQL,
@@ -48,13 +45,7 @@ const agentTTL = 9 * time.Second
 func serveAgents(t *testing.T, ttl time.Duration) (*apitest.Env, string) {
 	t.Helper()
 	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.LeaseTTL = ttl }))
-	gw := &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: env.Functions, Tokens: gateway.DevTokens(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	return env, srv.URL
+	return env, env.Serve()
 }
 
 var subreaper sync.Once

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +20,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/localdev/fleet"
-	"mediator/localdev/gateway"
 	"mediator/shared/client"
-	"mediator/shared/httpapi"
 )
 
 // bin is the mediator binary these tests run, built once for the test binary.
@@ -56,13 +52,7 @@ func TestMain(m *testing.M) {
 func serve(t *testing.T) (*apitest.Env, string) {
 	t.Helper()
 	env := apitest.New(t)
-	gw := &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: env.Functions, Tokens: gateway.DevTokens(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	return env, srv.URL
+	return env, env.Serve()
 }
 
 // result is how a mediator process ended.

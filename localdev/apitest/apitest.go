@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -155,6 +157,23 @@ func (e *Env) Event(who auth.Principal, method, target string, body any) (events
 		e.T.Fatal(err)
 	}
 	return ev, route
+}
+
+// Serve puts the env's handlers behind the local gateway on a loopback port until the test
+// ends, as `make dev` serves them, and returns its URL: what the CLI, the agent and the client
+// are tested against as processes or over HTTP. front, when given, stands in the way of every
+// request, to play the network's part.
+func (e *Env) Serve(front ...func(http.Handler) http.Handler) string {
+	var h http.Handler = &gateway.Gateway{
+		Routes: httpapi.Routes, Functions: e.Functions, Tokens: gateway.DevTokens(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, f := range front {
+		h = f(h)
+	}
+	srv := httptest.NewServer(h)
+	e.T.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // Do sends a request to the function that owns the route and returns its answer.

@@ -3,9 +3,6 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,21 +10,13 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/localdev/fleet"
-	"mediator/localdev/gateway"
-	"mediator/shared/httpapi"
 )
 
 // serve puts a test's Mediator behind the local gateway on a loopback port, as `make dev` does.
 func serve(t *testing.T) (*apitest.Env, string) {
 	t.Helper()
 	env := apitest.New(t)
-	gw := &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: env.Functions, Tokens: gateway.DevTokens(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	return env, srv.URL
+	return env, env.Serve()
 }
 
 // start runs the node's loop until the test ends, and checks that it stops then. The bound is

@@ -3,17 +3,13 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
 	"mediator/localdev/apitest"
-	"mediator/localdev/gateway"
 	"mediator/shared/client"
-	"mediator/shared/httpapi"
 )
 
 // stack is a test's Mediator — its own database, the real handlers behind the local gateway —
@@ -21,17 +17,10 @@ import (
 func stack(t *testing.T, front func(gw http.Handler) http.Handler) (*apitest.Env, string) {
 	t.Helper()
 	env := apitest.New(t)
-	gw := &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: env.Functions, Tokens: gateway.DevTokens(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	if front == nil {
+		return env, env.Serve()
 	}
-	var h http.Handler = gw
-	if front != nil {
-		h = front(gw)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return env, srv.URL
+	return env, env.Serve(front)
 }
 
 func dial(t *testing.T, base, token string, opts ...client.Option) *client.Client {

@@ -5,17 +5,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"mediator/localdev/apitest"
-	"mediator/localdev/gateway"
 	"mediator/shared/config"
-	"mediator/shared/httpapi"
 )
 
 // The demo's acts, played end to end as `make demo` plays them — the mediator binary built
@@ -72,14 +67,7 @@ func TestDemoPlaysEveryAct(t *testing.T) {
 // lease TTL the demo's own stack has.
 func serve(t *testing.T) string {
 	t.Helper()
-	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.LeaseTTL = leaseTTL }))
-	gw := &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: env.Functions, Tokens: gateway.DevTokens(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return apitest.New(t, apitest.Configure(func(c *config.Config) { c.LeaseTTL = leaseTTL })).Serve()
 }
 
 // lockedBuffer is what the play prints, read once the agents are stopped.
