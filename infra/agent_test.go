@@ -18,7 +18,7 @@ func TestAgentUnitVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"\nKillMode=mixed\n", "\nKillSignal=SIGTERM\n", "\nRestart=on-failure\n",
-		"\nExecStart=/usr/local/bin/mediator agent ", "\nExecReload=/bin/kill -HUP $MAINPID\n"} {
+		"\nExecStart=/usr/local/bin/mediator agent ", "\nExecReload=/bin/kill -HUP $MAINPID\n", "\nDelegate=yes\n"} {
 		if !bytes.Contains(unit, []byte(want)) {
 			t.Errorf("the unit lacks %q", strings.TrimSpace(want))
 		}

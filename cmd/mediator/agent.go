@@ -52,19 +52,29 @@ A step's environment is the agent's, without its MEDIATOR_ variables, then the s
   MEDIATOR_INPUTS               a JSON file, {"<step>": {"key": "value"}}: the outputs of the
                                 steps it runs after
   MEDIATOR_INPUT_<STEP>_<KEY>   each of those
-Names are upper-cased, every character but A-Z and 0-9 made "_".
+Names are upper-cased, every character but A-Z and 0-9 made "_"; two names that would meet in
+one variable (roles "dut" and "DUT", outputs "a-b" and "a_b") fail the step before it starts.
+MEDIATOR_OUTPUTS is read only as the regular file the agent made: a FIFO, device or link there
+fails the step.
 
 The lease is the guard: if the agent cannot renew it in time (the API unreachable, or
-answering 503), it kills its steps' process groups max(2 s, TTL/10) before the lease expires,
-so that the node never runs two runs at once, and reports them failed (lease_lost) if the lease
-comes back. A heartbeat that shows the lease gone, or a report answered 409, kills its work at
-once. What a step leaves running in its process group is killed when it ends, and what left
-the group (setsid, a daemon) when the lease ends. Every process group is recorded under
---work-dir; a new start kills what a previous one left running before it heartbeats.
+answering 503), it kills its steps' processes max(2 s, TTL/10) before the lease may expire —
+counted from when the renewing request was sent, so a slow network makes it early, never late
+— so that the node never runs two runs at once, and reports them failed (lease_lost) if the
+lease comes back. A heartbeat that shows the lease gone, or a report answered 409, kills its
+work at once. What a step leaves running in its process group is killed when it ends, and what
+left the group (setsid, a daemon) when the lease ends.
+
+Steps are tracked by cgroup v2 where the agent's own cgroup lets it make children (systemd's
+Delegate=yes, as the unit in infra/ sets; --cgroups): each step is spawned into a cgroup of its
+lease, which nothing can leave, so a new start kills whatever a crashed one left, daemons
+included, before it heartbeats. Without one, process groups are recorded under --work-dir and
+killed at the next start, and a child subreaper catches what leaves them while the agent lives;
+what left its process group outlives a crash of the agent.
 
 The first SIGTERM or SIGINT drains: no new work, the lease held finished and reported, exit 0.
 A second cancels the steps running (SIGTERM, SIGKILL after --cancel-grace, reported cancelled)
-and exits 130; a third kills them at once. An admin's drain (mediator drain) stops new work
+and exits 130 within --cancel-grace and a second, reported or not; a third kills them at once. An admin's drain (mediator drain) stops new work
 without stopping the agent.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,6 +97,11 @@ without stopping the agent.`,
 			}
 			if cfg.KeepOutputs < 1 {
 				return usagef("--keep-outputs must be at least 1")
+			}
+			switch cfg.Cgroups {
+			case agent.CgroupsAuto, agent.CgroupsOn, agent.CgroupsOff:
+			default:
+				return usagef("--cgroups must be auto, on or off, not %q", cfg.Cgroups)
 			}
 			if cfg.WorkDir == "" {
 				if cfg.WorkDir, err = defaultWorkDir(); err != nil {
@@ -119,6 +134,7 @@ without stopping the agent.`,
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "where steps run and their output stays (default: /var/lib/mediator as root, else ~/.local/state/mediator)")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "between SIGTERM and SIGKILL for a cancelled or timed-out step")
 	f.IntVar(&cfg.KeepOutputs, "keep-outputs", 500, "how many step output files to keep")
+	f.StringVar(&cfg.Cgroups, "cgroups", agent.CgroupsAuto, "track steps by cgroup v2: auto (when the agent's own cgroup allows it), on (refuse to start without), off")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd

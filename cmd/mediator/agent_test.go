@@ -84,6 +84,7 @@ type agentOpts struct {
 	labels []string
 	work   string // "" for a fresh one
 	args   []string
+	cgroup string // a cgroup to start the agent in, as systemd's Delegate=yes gives it one; "" for the test's own
 }
 
 // startAgent starts `mediator agent` as node against base, with the node's development token,
@@ -106,6 +107,14 @@ func startAgent(t *testing.T, base, node string, o agentOpts) *agentProc {
 		}
 	}
 	cmd.Env = append(cmd.Env, "MEDIATOR_URL="+base, "MEDIATOR_TOKEN=dev-node-"+node)
+	if o.cgroup != "" {
+		dir, err := os.Open(o.cgroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dir.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +140,7 @@ func startAgent(t *testing.T, base, node string, o agentOpts) *agentProc {
 		_ = cmd.Process.Kill()
 		<-p.exited
 		// What its steps still run: the agent's own start-up reaping, as its next boot would.
-		_, _, _ = agent.KillLeftovers(filepath.Join(o.work, "pgroups"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_, _, _ = agent.KillLeftovers(o.work, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if t.Failed() || os.Getenv("AGENT_TEST_LOG") != "" {
 			t.Logf("agent %s logged:\n%s", node, p.log.Text())
 		}

@@ -29,6 +29,7 @@ type Agent struct {
 	boot    string
 	lock    *os.File // the work dir's, held for the life of the process
 	groups  *groups
+	cgroups *cgroups // nil: steps are tracked by their process groups and the subreaper alone
 	out     *outputs
 	steps   string // the steps' own directories
 	environ []string
@@ -44,6 +45,9 @@ type Agent struct {
 	hb       heartbeats
 	guard    *time.Timer
 	stopping int // 0 working; 1 draining (a first signal); 2 cancelling (a second)
+	// hardStop fires when a second signal's steps had their grace and a second more: the
+	// agent exits then whatever is still being reported.
+	hardStop <-chan time.Time
 	drain    struct {
 		heard bool   // a heartbeat that said draining was answered, or failed
 		seen  bool   // the API says the node drains
@@ -67,7 +71,8 @@ type lease struct {
 	epoch   int64
 	expires time.Time // as the API wrote it, for the log
 	// deadline is when the API may deem the lease expired, at the earliest, on this process's
-	// monotonic clock; guardAt is when the agent stops the lease's work if it could not renew.
+	// monotonic clock (see deadline); guardAt is when the agent stops the lease's work if it
+	// could not renew.
 	deadline, guardAt time.Time
 	adopted           uint64 // seq when it was taken
 	suspended         bool   // the guard fired: nothing starts until a heartbeat renews it
@@ -76,18 +81,17 @@ type lease struct {
 // Messages to the loop.
 type (
 	heartbeatDone struct {
-		reply   *client.HeartbeatReply
-		err     error
-		sent    uint64 // seq when it was sent
-		start   time.Time
-		arrived time.Time
-		drain   bool // it said draining
+		reply *client.HeartbeatReply
+		err   error
+		sent  uint64    // seq when it was sent
+		start time.Time // when it was sent
+		drain bool      // it said draining
 	}
 	runnerDone struct {
-		r       *runner
-		reply   *client.ReportReply // the last report's answer; nil when none was accepted
-		arrived time.Time
-		stale   bool // a report was answered 409 stale_assignment
+		r      *runner
+		reply  *client.ReportReply // the last report's answer; nil when none was accepted
+		sentAt time.Time           // when the report it answers was sent
+		stale  bool                // a report was answered 409 stale_assignment
 	}
 )
 
@@ -119,7 +123,7 @@ func start(cfg Config) (*Agent, int) {
 		return fail("the labels", err)
 	}
 	dirs := map[string]string{}
-	for _, d := range []string{"pgroups", "steps", "output"} {
+	for _, d := range []string{"pgroups", "cgroups", "steps", "output"} {
 		dirs[d] = filepath.Join(cfg.WorkDir, d)
 		if err := os.MkdirAll(dirs[d], 0o750); err != nil {
 			return fail("the work dir", err)
@@ -145,12 +149,25 @@ func start(cfg Config) (*Agent, int) {
 	if err := BecomeSubreaper(); err != nil {
 		a.log.Warn("cannot become a child subreaper: orphans of a step are left to init", "error", err.Error())
 	}
-	g, n, err := KillLeftovers(dirs["pgroups"], a.log)
+	g, n, err := KillLeftovers(cfg.WorkDir, a.log)
 	if err != nil {
-		return fail("the previous boot's process groups", err)
+		return fail("what the previous boot left running", err)
 	}
 	if g > 0 {
 		a.log.Info("killed what a previous boot left running", "groups", g, "processes", n)
+	}
+	if cfg.Cgroups != CgroupsOff {
+		c, err := newCgroups(dirs["cgroups"], a.boot, a.log)
+		switch {
+		case err == nil:
+			a.cgroups = c
+			a.log.Info("steps are tracked by cgroup: nothing a step starts outlives its lease, even across a crash of the agent", "cgroup", c.boot)
+		case cfg.Cgroups == CgroupsOn:
+			return fail("--cgroups on: no cgroup the agent may divide", err)
+		default:
+			a.log.Warn("steps are tracked by process groups and a subreaper, not a cgroup: what a step moves out of its "+
+				"process group (setsid, a daemon) outlives a crash of the agent", "why", err.Error())
+		}
 	}
 	// Nothing of a previous boot's steps is used again.
 	if entries, err := os.ReadDir(a.steps); err == nil {
@@ -205,6 +222,10 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 			a.heartbeat()
 		case <-a.guard.C:
 			a.guardFired()
+		case <-a.hardStop:
+			a.log.Error("stopping now: the steps had their grace; killing what is left and exiting", "steps", len(a.runners))
+			a.killAll()
+			a.exit = ExitInterrupted
 		case ev := <-a.events:
 			switch ev := ev.(type) {
 			case heartbeatDone:
@@ -217,8 +238,63 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 		}
 		a.checkExit()
 	}
+	if a.cgroups != nil {
+		a.cgroups.release()
+	}
 	a.log.Info("agent exiting", "code", a.exit)
 	return a.exit
+}
+
+// hardStopAfterGrace is how long after a second signal's grace the agent exits whatever is
+// left: within the grace and a second, the killing included.
+const hardStopAfterGrace = 750 * time.Millisecond
+
+// killAll kills every step's process group, and what they left outside them (with a cgroup,
+// everything of every lease), at once: the agent is about to exit, and nothing it started may
+// outlive it.
+func (a *Agent) killAll() {
+	a.groups.killAll()
+	a.groups.killStrays()
+	if a.cgroups != nil {
+		a.cgroups.killLeases(-1)
+	}
+}
+
+// HeartbeatTimeout bounds one heartbeat call, its client's own retries included, so that a
+// hung call does not hold up the next: the cadence, within 5 to 10 s. The guard's safety does
+// not depend on it (the lease is counted from when the call was sent); its liveness does (see
+// checkRenewals).
+func HeartbeatTimeout(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 10 * time.Second
+	}
+	return min(max(interval, 5*time.Second), 10*time.Second)
+}
+
+// guardMargin is how long before the lease's deadline the guard kills its work: max(2 s,
+// TTL/10), for the kill itself and for what the machine's scheduling delays it by.
+func guardMargin(ttl time.Duration) time.Duration { return max(2*time.Second, ttl/10) }
+
+// RenewalRoom is how long a heartbeat sent on time, one interval after the last renewal was
+// sent, has to be answered before the guard fires: TTL less Date's second, the margin and the
+// interval.
+func RenewalRoom(ttl, interval time.Duration) time.Duration {
+	return ttl - time.Second - guardMargin(ttl) - interval
+}
+
+// checkRenewals says, once the agent learns the TTL, whether a slow but healthy network keeps
+// the lease: a heartbeat that times out must leave room for one more try before the guard.
+func (a *Agent) checkRenewals() {
+	ttl := 3 * a.interval
+	room, timeout := RenewalRoom(ttl, a.interval), HeartbeatTimeout(a.interval)
+	attrs := []any{"ttl", ttl.String(), "every", a.interval.String(), "guard_margin", guardMargin(ttl).String(),
+		"request_timeout", timeout.String(), "room", room.String()}
+	if room < 2*timeout {
+		a.log.Warn("renewals are marginal at these settings: a heartbeat that times out leaves no room for another "+
+			"before the guard drops the lease's work; raise LEASE_TTL_SECONDS", attrs...)
+		return
+	}
+	a.log.Debug("renewals have room for a retry", attrs...)
 }
 
 // heartbeat sends one, unless one is in flight: then another follows it at once.
@@ -229,19 +305,13 @@ func (a *Agent) heartbeat() {
 	}
 	a.hb.inFlight = true
 	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping > 0}
-	sent := a.seq
-	// Bounded by the interval, so that a hung call does not hold up the next; the guard does
-	// not wait for it either way.
-	timeout := 10 * time.Second
-	if a.interval > 0 {
-		timeout = min(max(a.interval, 5*time.Second), 30*time.Second)
-	}
+	sent, timeout := a.seq, HeartbeatTimeout(a.interval)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := time.Now()
 		rep, err := a.api.Heartbeat(ctx, a.cfg.NodeID, req)
-		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, arrived: time.Now(), drain: req.Draining}
+		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, drain: req.Draining}
 	}()
 }
 
@@ -274,6 +344,7 @@ func (a *Agent) heartbeatDone(d heartbeatDone) {
 	if !a.hb.ok {
 		a.hb.ok = true
 		a.log.Info("heartbeating", "node", a.cfg.NodeID, "every", a.interval.String())
+		a.checkRenewals()
 	}
 	a.log.Debug("heartbeat answered", "lease", hb.Lease, "steps", len(hb.Steps), "draining", hb.Node.Draining)
 	a.noteDrain(hb.Node)
@@ -332,41 +403,46 @@ func (a *Agent) reconcile(d heartbeatDone) {
 	case cur != nil && hl.Epoch < cur.epoch:
 		return
 	case cur != nil && hl.Epoch == cur.epoch:
-		a.renew(hl.ExpiresAt, hb.Header, d.arrived)
+		a.renew(hl.ExpiresAt, hb.Header, d.start)
 	default:
 		if cur != nil {
 			a.endLease(fmt.Sprintf("the heartbeat shows run %s under epoch %d", hl.RunID, hl.Epoch))
 		}
-		a.adopt(*hl, hb.Header, d.arrived, "heartbeat")
+		a.adopt(*hl, hb.Header, d.start, "heartbeat")
 	}
 	a.consider(hb.Steps, &d.sent)
 }
 
-// deadline is when the lease expires at the earliest, on the monotonic clock: expires_at less
-// the answer's Date, counted from when the answer arrived, less a second because Date is in
-// whole seconds.
-func deadline(expires time.Time, h http.Header, arrived time.Time) time.Time {
+// deadline is when the lease expires at the earliest, on the monotonic clock: what the answer
+// says was left of it (expires_at less its Date, less a second because Date is in whole
+// seconds), counted from when the request was sent. The server wrote the lease after the
+// request left and wrote the answer after that, so any time spent in transit, either way,
+// shortens what the agent believes it has and never lengthens it: the guard errs early, never
+// late, whatever the network or a timeout does. Only the two clocks' rates are trusted, not
+// their agreement.
+func deadline(expires time.Time, h http.Header, sent time.Time) time.Time {
 	left := time.Until(expires) // without a Date, the wall clock is all there is
 	if date, err := http.ParseTime(h.Get("Date")); err == nil {
 		left = expires.Sub(date)
 	}
-	return arrived.Add(left - time.Second)
+	return sent.Add(left - time.Second)
 }
 
-// margin is how long before the deadline the guard kills the lease's work: max(2 s, TTL/10).
+// margin is how long before the deadline the guard kills the lease's work.
 func (a *Agent) margin(l *lease) time.Duration {
 	ttl := 3 * a.interval
 	if a.interval == 0 {
 		ttl = time.Until(l.deadline)
 	}
-	return max(2*time.Second, ttl/10)
+	return guardMargin(ttl)
 }
 
-// adopt takes a lease handed over by a heartbeat's answer or a report's (via).
-func (a *Agent) adopt(hl client.HeldLease, h http.Header, arrived time.Time, via string) {
+// adopt takes a lease handed over by a heartbeat's answer or a report's (via), whose request
+// was sent at sent.
+func (a *Agent) adopt(hl client.HeldLease, h http.Header, sent time.Time, via string) {
 	a.seq++
 	l := &lease{runID: hl.RunID, epoch: hl.Epoch, expires: hl.ExpiresAt, adopted: a.seq}
-	l.deadline = deadline(hl.ExpiresAt, h, arrived)
+	l.deadline = deadline(hl.ExpiresAt, h, sent)
 	l.guardAt = l.deadline.Add(-a.margin(l))
 	a.lease = l
 	clear(a.done)
@@ -376,9 +452,9 @@ func (a *Agent) adopt(hl client.HeldLease, h http.Header, arrived time.Time, via
 	a.armGuard()
 }
 
-func (a *Agent) renew(expires time.Time, h http.Header, arrived time.Time) {
+func (a *Agent) renew(expires time.Time, h http.Header, sent time.Time) {
 	l := a.lease
-	if d := deadline(expires, h, arrived); d.After(l.deadline) {
+	if d := deadline(expires, h, sent); d.After(l.deadline) {
 		l.deadline, l.expires = d, expires
 		l.guardAt = d.Add(-a.margin(l))
 		if l.suspended && time.Now().Before(l.guardAt) {
@@ -423,9 +499,18 @@ func (a *Agent) guardFired() {
 }
 
 // killStrays kills what the lease's steps left outside their process groups, at the moments
-// nothing of a lease may run on: the lease gone, or another about to start.
+// nothing of a lease may run on: the lease gone or suspended by the guard, or another about to
+// start. With a cgroup, that is everything in the cgroup of every lease but the one held.
 func (a *Agent) killStrays(when string) {
-	if n := a.groups.killStrays(); n > 0 {
+	n := a.groups.killStrays()
+	if a.cgroups != nil {
+		keep := int64(-1)
+		if a.lease != nil && !a.lease.suspended {
+			keep = a.lease.epoch
+		}
+		n += a.cgroups.killLeases(keep)
+	}
+	if n > 0 {
 		a.log.Warn("killed what steps left running outside their process groups", "processes", n, "when", when)
 	}
 }
@@ -515,7 +600,7 @@ func (a *Agent) runnerDone(d runnerDone) {
 				if a.lease != nil {
 					a.endLease(fmt.Sprintf("the node was handed run %s", nl.RunID))
 				}
-				a.adopt(nl, rep.Header, d.arrived, "report")
+				a.adopt(nl, rep.Header, d.sentAt, "report")
 			}
 			if a.lease != nil && a.lease.epoch == nl.Epoch {
 				a.consider(rep.NextRun.Steps, nil)
@@ -548,13 +633,17 @@ func (a *Agent) signal(s os.Signal) {
 		a.drain.heard = false
 		a.heartbeatNow()
 	case 2:
-		a.log.Warn("stopping: cancelling the steps running; a third signal kills them at once", "signal", s.String(), "steps", len(a.runners))
+		a.log.Warn("stopping: cancelling the steps running; a third signal kills them at once", "signal", s.String(),
+			"steps", len(a.runners), "exit_within", (a.cfg.CancelGrace + time.Second).String())
 		for _, r := range a.runners {
 			r.stop(stopShutdown)
 		}
+		// Reports that cannot be delivered, or a step that ignores its signals, must not keep
+		// a stopped agent: its next boot settles what it could not report.
+		a.hardStop = time.After(a.cfg.CancelGrace + hardStopAfterGrace)
 	default:
 		a.log.Error("stopping at once: killing every step's process group", "signal", s.String())
-		a.groups.killAll()
+		a.killAll()
 		a.exit = ExitInterrupted
 	}
 }

@@ -27,8 +27,10 @@ type Config struct {
 	CancelGrace time.Duration
 	// KeepOutputs is how many step output files are kept under the work dir.
 	KeepOutputs int
-	API         *client.Client
-	Log         *slog.Logger
+	// Cgroups is how steps are tracked: CgroupsAuto, CgroupsOn or CgroupsOff.
+	Cgroups string
+	API     *client.Client
+	Log     *slog.Logger
 }
 
 // Exit codes of Run.

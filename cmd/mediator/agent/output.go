@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -9,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -28,10 +31,12 @@ func OutputFile(runID, stepID string, attempt int) string {
 }
 
 // open opens a step's output file for appending, after a header line, and returns it with the
-// offset where this try's output begins.
+// offset where this try's output begins. The agent reads the tail back through the same
+// descriptor, never by name: a step that put a FIFO or a link in its place cannot hold the
+// agent up or send it elsewhere. Such a file found at the name is replaced.
 func (o *outputs) open(runID, stepID string, attempt int, header string) (*os.File, int64, error) {
 	name := OutputFile(runID, stepID, attempt)
-	f, err := os.OpenFile(filepath.Join(o.dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := openOutput(filepath.Join(o.dir, name))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -50,6 +55,26 @@ func (o *outputs) open(runID, stepID string, attempt int, header string) (*os.Fi
 	o.mu.Unlock()
 	_ = Rotate(o.dir, o.keep, busy)
 	return f, fi.Size(), nil
+}
+
+// openOutput opens path to append to and read back, as a regular file: anything else there (a
+// FIFO, a device, a link) is removed and a new file made.
+func openOutput(path string) (*os.File, error) {
+	const flags = os.O_RDWR | os.O_APPEND | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+	for range 3 {
+		f, err := os.OpenFile(path, flags|os.O_CREATE, 0o640)
+		if err == nil {
+			fi, err := f.Stat()
+			if err == nil && fi.Mode().IsRegular() {
+				return f, nil
+			}
+			f.Close()
+		}
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%s: something keeps replacing it with what is not a regular file", path)
 }
 
 // done marks a step's output file as no longer written.
@@ -109,13 +134,8 @@ func Rotate(dir string, keep int, busy map[string]bool) error {
 	return first
 }
 
-// Tail is the last n bytes of a file from offset from on, as text the API takes.
-func Tail(path string, from int64, n int) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
+// Tail is the last n bytes of f from offset from on, as text the API takes.
+func Tail(f *os.File, from int64, n int) (string, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return "", err

@@ -164,12 +164,16 @@ type proc struct {
 	exited chan struct{}
 }
 
-// spawn starts cmd as the leader of a new process group and records the group.
-func (g *groups) spawn(cmd *exec.Cmd, step string) (*proc, error) {
+// spawn starts cmd as the leader of a new process group and records the group; with a cgroup,
+// straight into it, so that nothing of the step ever runs outside it.
+func (g *groups) spawn(cmd *exec.Cmd, step string, cgroup *os.File) (*proc, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	if cgroup != nil {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgroup.Fd())
+	}
 	g.mu.Lock()
 	err := cmd.Start()
 	if err == nil {
@@ -309,13 +313,26 @@ func waitExited(pid int) {
 	}
 }
 
-// KillLeftovers kills what a previous boot of the agent left running, from the records under
-// dir, and removes the records. A group is killed only while /proc shows its leader with the
+// KillLeftovers kills what a previous boot of the agent left running under workDir: the whole
+// of every cgroup it recorded, then every process group it recorded (all a boot without a
+// cgroup leaves to go by), and removes the records. It returns how many cgroups and groups,
+// and how many processes, it killed.
+func KillLeftovers(workDir string, log *slog.Logger) (killed, processes int, err error) {
+	c, n, err := killRecordedCgroups(filepath.Join(workDir, "cgroups"), log)
+	if err != nil {
+		return c, n, err
+	}
+	g, m, err := killRecordedGroups(filepath.Join(workDir, "pgroups"), log)
+	return c + g, n + m, err
+}
+
+// killRecordedGroups kills what a previous boot's process groups left running, from the
+// records under dir, and removes the records. A group is killed only while /proc shows its leader with the
 // start time recorded; a leader gone with members left behind has those members killed one by
 // one, each checked to be of the group, of its session, and started after its leader. A pid
 // that now names another process is never hit: while any member of a group lives, its id is
 // not reused. It returns how many groups and processes it killed.
-func KillLeftovers(dir string, log *slog.Logger) (groupsKilled, processesKilled int, err error) {
+func killRecordedGroups(dir string, log *slog.Logger) (groupsKilled, processesKilled int, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -326,8 +343,10 @@ func KillLeftovers(dir string, log *slog.Logger) (groupsKilled, processesKilled 
 	var killed []int // pgids
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(path)
+		data, err := readRegular(path, 4096)
 		if err != nil {
+			log.Warn("a process-group record that cannot be read; removed", "file", path, "error", err.Error())
+			_ = os.Remove(path)
 			continue
 		}
 		r, err := ParseRecord(data)

@@ -50,7 +50,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-// KillLeftovers kills a recorded group, leader and members, while its leader is the process
+// killRecordedGroups kills a recorded group, leader and members, while its leader is the process
 // recorded; a record whose start time is not the process's own is never acted on.
 func TestKillLeftovers(t *testing.T) {
 	dir := t.TempDir()
@@ -97,7 +97,7 @@ func TestKillLeftovers(t *testing.T) {
 	spared, sparedMember := group()
 	record(spared, 1) // as if the pid were another process's now
 
-	g, n, err := KillLeftovers(dir, log)
+	g, n, err := killRecordedGroups(dir, log)
 	if err != nil || g != 1 || n != 2 {
 		t.Fatalf("killed %d groups, %d processes (%v); want 1, 2", g, n, err)
 	}

@@ -172,7 +172,7 @@ func lookupEnv(env []string, key string) string {
 
 // EnvName is a name as part of an environment variable's: upper-cased, every character but
 // A-Z and 0-9 an underscore ("dut-2.a" → "DUT_2_A"). Two names may meet in one variable
-// ("a-b", "a_b"); MEDIATOR_INPUTS has them apart.
+// ("a-b", "a_b"): StepEnv refuses that.
 func EnvName(s string) string {
 	b := []byte(strings.ToUpper(s))
 	for i, c := range b {
@@ -185,7 +185,10 @@ func EnvName(s string) string {
 
 // StepEnv is a step's environment: the agent's own without its MEDIATOR_ variables (its
 // credentials are not the step's), then the spec's env, then what the agent tells the step.
-func StepEnv(base []string, st client.NodeStep, nodeID string, spec Spec, outputsPath, inputsPath string) []string {
+// Two names that meet in one variable ("a-b" and "a_b", "dut" and "DUT", a role "id" and
+// MEDIATOR_NODE_ID) would leave the step one of two values without a word: that is an error
+// naming both, and the step does not start. MEDIATOR_INPUTS keeps every input apart.
+func StepEnv(base []string, st client.NodeStep, nodeID string, spec Spec, outputsPath, inputsPath string) ([]string, error) {
 	var env []string
 	for _, kv := range base {
 		if !strings.HasPrefix(kv, "MEDIATOR_") {
@@ -195,24 +198,36 @@ func StepEnv(base []string, st client.NodeStep, nodeID string, spec Spec, output
 	for _, k := range sortedKeys(spec.Env) {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	env = append(env,
-		"MEDIATOR_RUN_ID="+st.RunID,
-		"MEDIATOR_STEP_ID="+st.StepID,
-		"MEDIATOR_ROLE="+st.Role,
-		"MEDIATOR_NODE_ID="+nodeID,
-		"MEDIATOR_ATTEMPT="+strconv.Itoa(st.Attempt),
-		"MEDIATOR_OUTPUTS="+outputsPath,
-		"MEDIATOR_INPUTS="+inputsPath,
-	)
+	told := map[string]string{} // variable → what it tells, for the error
+	var collisions []string
+	tell := func(name, value, what string) {
+		if prev, taken := told[name]; taken {
+			collisions = append(collisions, fmt.Sprintf("%s would be both %s and %s", name, prev, what))
+			return
+		}
+		told[name] = what
+		env = append(env, name+"="+value)
+	}
+	tell("MEDIATOR_RUN_ID", st.RunID, "the run's id")
+	tell("MEDIATOR_STEP_ID", st.StepID, "the step's id")
+	tell("MEDIATOR_ROLE", st.Role, "the step's role")
+	tell("MEDIATOR_NODE_ID", nodeID, "this node's id")
+	tell("MEDIATOR_ATTEMPT", strconv.Itoa(st.Attempt), "the run's attempt")
+	tell("MEDIATOR_OUTPUTS", outputsPath, "the outputs file")
+	tell("MEDIATOR_INPUTS", inputsPath, "the inputs file")
 	for _, role := range sortedKeys(st.Assigned) {
-		env = append(env, "MEDIATOR_NODE_"+EnvName(role)+"="+st.Assigned[role])
+		tell("MEDIATOR_NODE_"+EnvName(role), st.Assigned[role], fmt.Sprintf("role %q's node", role))
 	}
 	for _, step := range sortedKeys(st.Inputs) {
 		for _, k := range sortedKeys(st.Inputs[step]) {
-			env = append(env, "MEDIATOR_INPUT_"+EnvName(step)+"_"+EnvName(k)+"="+st.Inputs[step][k])
+			tell("MEDIATOR_INPUT_"+EnvName(step)+"_"+EnvName(k), st.Inputs[step][k], fmt.Sprintf("step %q's output %q", step, k))
 		}
 	}
-	return env
+	if collisions != nil {
+		return nil, fmt.Errorf("names meet in the step's environment: %s; rename one of each (MEDIATOR_INPUTS has every input apart)",
+			strings.Join(collisions, "; "))
+	}
+	return env, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -106,7 +106,10 @@ func TestStepEnv(t *testing.T) {
 		Inputs:   map[string]map[string]string{"up": {"ip": "10.0.0.7", "port": "22"}, "flash": {}},
 	}
 	base := []string{"PATH=/usr/bin", "MEDIATOR_TOKEN=secret", "MEDIATOR_URL=http://x", "HOME=/root"}
-	env := StepEnv(base, st, "rpi-1", Spec{Env: map[string]string{"PATH": "/opt/bin", "CC": "gcc"}}, "/w/outputs", "/w/inputs.json")
+	env, err := StepEnv(base, st, "rpi-1", Spec{Env: map[string]string{"PATH": "/opt/bin", "CC": "gcc"}}, "/w/outputs", "/w/inputs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := map[string]string{
 		"PATH": "/opt/bin", "HOME": "/root", "CC": "gcc",
 		"MEDIATOR_RUN_ID": "pair-1", "MEDIATOR_STEP_ID": "check", "MEDIATOR_ROLE": "host", "MEDIATOR_NODE_ID": "rpi-1",
@@ -128,6 +131,37 @@ func TestStepEnv(t *testing.T) {
 		if _, ok := want[k]; !ok {
 			t.Errorf("%s is set and should not be (the agent's MEDIATOR_ variables are not the step's)", k)
 		}
+	}
+}
+
+// Names that would meet in one variable fail the step before it starts, naming each meeting:
+// outputs of steps whose names differ in case or punctuation, roles differing only in case, a
+// role whose variable is the node's own.
+func TestStepEnvRefusesNamesThatMeet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   client.NodeStep
+		says []string
+	}{
+		{"inputs", client.NodeStep{Inputs: map[string]map[string]string{"x": {"y_z": "1"}, "X": {"y_z": "2"}, "x-y": {"z": "3"}}},
+			[]string{`MEDIATOR_INPUT_X_Y_Z would be both step "X"'s output "y_z" and step "x"'s output "y_z"`,
+				`MEDIATOR_INPUT_X_Y_Z would be both step "X"'s output "y_z" and step "x-y"'s output "z"`}},
+		{"roles", client.NodeStep{Assigned: map[string]string{"dut": "a", "DUT": "b"}},
+			[]string{`MEDIATOR_NODE_DUT would be both role "DUT"'s node and role "dut"'s node`}},
+		{"node id", client.NodeStep{Assigned: map[string]string{"id": "a"}},
+			[]string{`MEDIATOR_NODE_ID would be both this node's id and role "id"'s node`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, err := StepEnv(nil, tc.st, "n-1", Spec{}, "/o", "/i")
+			if err == nil {
+				t.Fatalf("no error; env %v", env)
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q does not say %q", err, want)
+				}
+			}
+		})
 	}
 }
 

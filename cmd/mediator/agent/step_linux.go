@@ -197,7 +197,10 @@ func (r *runner) execute(spec Spec) result {
 	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return failed("workdir %s is not a directory on node %s", dir, a.cfg.NodeID)
 	}
-	env := StepEnv(a.environ, st, a.cfg.NodeID, spec, outputsPath, inputsPath)
+	env, err := StepEnv(a.environ, st, a.cfg.NodeID, spec, outputsPath, inputsPath)
+	if err != nil {
+		return failed("%v", err)
+	}
 	path, argv, err := spec.program(env)
 	if err != nil {
 		return failed("%v", err)
@@ -214,24 +217,38 @@ func (r *runner) execute(spec Spec) result {
 	if r.reason != stopNone {
 		return r.before()
 	}
-	p, err := a.groups.spawn(cmd, st.RunID+"/"+st.StepID+"/"+strconv.Itoa(st.Attempt))
+	var cgroup *os.File
+	if a.cgroups != nil {
+		if cgroup, err = a.cgroups.stepGroup(r.epoch); err != nil {
+			return failed("the step's cgroup: %v", err)
+		}
+		defer removeStep(cgroup)
+	}
+	p, err := a.groups.spawn(cmd, st.RunID+"/"+st.StepID+"/"+strconv.Itoa(st.Attempt), cgroup)
+	if cgroup != nil {
+		cgroup.Close()
+	}
 	if err != nil {
 		return failed("starting the step: %v", err)
 	}
 	r.log.Info("step started", "pgid", p.pgid, "output", out.Name())
 	timedOut := r.watch(p, spec)
 	ps, err := p.finish()
-	code := -1
+	var code *int // none when the process's status could not be had: the report omits it
 	if ps != nil {
-		code = exitCode(ps)
+		c := exitCode(ps)
+		code = &c
 	}
 	if err != nil {
 		r.log.Warn("waiting for the step's process", "error", err.Error())
 	}
-	tail, _ := Tail(out.Name(), from, maxOutput)
+	tail, _ := Tail(out, from, maxOutput)
 	message := Text([]byte(tail), maxMessage, true)
-	res := result{exitCode: &code, output: tail, message: message}
-	attrs := []any{"exit_code", code}
+	res := result{exitCode: code, output: tail, message: message}
+	var attrs []any
+	if code != nil {
+		attrs = []any{"exit_code", *code}
+	}
 	switch {
 	case r.reason == stopStale:
 		r.log.Warn("step killed: the lease is gone", attrs...)
@@ -249,7 +266,7 @@ func (r *runner) execute(spec Spec) result {
 		why := fmt.Sprintf("timed out after %s (timeout_seconds): its process group was killed", seconds(spec.Timeout))
 		r.log.Info("step timed out", attrs...)
 		res.status, res.message = client.ReportFailed, withReason(why, tail)
-	case code != 0:
+	case code == nil || *code != 0:
 		r.log.Info("step failed", attrs...)
 		res.status = client.ReportFailed
 	default:
@@ -317,22 +334,12 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// readOutputs reads a step's MEDIATOR_OUTPUTS, which the step may have replaced with anything:
+// a FIFO, a device or a link fails the step rather than hold up its report.
 func readOutputs(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	data, err := readRegular(path, maxOutputsFile)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if fi.Size() > maxOutputsFile {
-		return nil, fmt.Errorf("%d bytes; outputs are a few short key=value lines", fi.Size())
-	}
-	data := make([]byte, fi.Size())
-	if _, err := f.ReadAt(data, 0); err != nil && fi.Size() > 0 {
-		return nil, err
+		return nil, fmt.Errorf("%v: outputs are read only from the regular file the agent made", err)
 	}
 	return ParseOutputs(data)
 }
@@ -350,18 +357,18 @@ func (r *runner) deliver(res result) runnerDone {
 	if res.output != "" {
 		req.Output = &res.output
 	}
-	rep, arrived, err := r.send(req, false)
+	rep, sent, err := r.send(req, false)
 	var ae *client.Error
 	if err != nil && errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge) {
 		r.log.Error("the API refused the step's report; reporting it failed instead", "error", err.Error())
 		msg := Text([]byte("the agent's report was refused: "+err.Error()), maxMessage, false)
-		rep, arrived, err = r.send(client.ReportRequest{Status: client.ReportFailed, ExitCode: res.exitCode, Message: &msg}, false)
+		rep, sent, err = r.send(client.ReportRequest{Status: client.ReportFailed, ExitCode: res.exitCode, Message: &msg}, false)
 	}
 	if err != nil {
 		return r.refused(err)
 	}
 	r.log.Info("step reported", "status", res.status, "step_state", rep.StepState, "run_state", rep.RunState)
-	return runnerDone{reply: rep, arrived: arrived}
+	return runnerDone{reply: rep, sentAt: sent}
 }
 
 // refused says why a report was not accepted.
@@ -382,7 +389,9 @@ func (r *runner) refused(err error) runnerDone {
 }
 
 // send makes one report, trying again until the API answers it (credentials that could not be
-// had, no connection, a 5xx: all pass) — or until the lease is known gone, or (starting) the step is stopped, or (stopping) shutdownReportFor has passed.
+// had, no connection, a 5xx: all pass) — or until the lease is known gone, or (starting) the
+// step is stopped, or (stopping) shutdownReportFor has passed. It returns the answer with when
+// the try it answers was sent: a lease the answer hands over is counted from then.
 func (r *runner) send(req client.ReportRequest, starting bool) (*client.ReportReply, time.Time, error) {
 	a := r.a
 	req.NodeID, req.BootID, req.Epoch = a.cfg.NodeID, a.boot, r.epoch
@@ -394,10 +403,11 @@ func (r *runner) send(req client.ReportRequest, starting bool) (*client.ReportRe
 			return nil, time.Time{}, errAbandoned
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sent := time.Now()
 		rep, err := a.api.Report(ctx, r.step.RunID, r.step.StepID, req)
 		cancel()
 		if err == nil {
-			return rep, time.Now(), nil
+			return rep, sent, nil
 		}
 		if refused(err) {
 			return nil, time.Time{}, err

@@ -5,7 +5,6 @@ package main
 import (
 	"io"
 	"log/slog"
-	"path/filepath"
 	"syscall"
 
 	"mediator/cmd/mediator/agent"
@@ -27,5 +26,5 @@ func killGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGKILL) }
 // of their process groups under its work dir (each checked by its start time, so a pid used
 // again since is never hit).
 func killLeftovers(work string) {
-	_, _, _ = agent.KillLeftovers(filepath.Join(work, "pgroups"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, _, _ = agent.KillLeftovers(work, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
