@@ -59,13 +59,14 @@ func (a *app) printNode(n *client.NodeReply) error {
 		return nil
 	}
 	node := n.Node
+	id, st := visible(node.NodeID), visible(node.State)
 	switch {
 	case node.DrainRequestedBy != nil:
-		fmt.Fprintf(a.stdout, "node %s: %s, drained by %s: it takes no new work\n", node.NodeID, node.State, *node.DrainRequestedBy)
+		fmt.Fprintf(a.stdout, "node %s: %s, drained by %s: it takes no new work\n", id, st, visible(*node.DrainRequestedBy))
 	case node.Draining:
-		fmt.Fprintf(a.stdout, "node %s: %s; no admin's drain, but its agent drains it\n", node.NodeID, node.State)
+		fmt.Fprintf(a.stdout, "node %s: %s; no admin's drain, but its agent drains it\n", id, st)
 	default:
-		fmt.Fprintf(a.stdout, "node %s: %s, not draining: it takes work\n", node.NodeID, node.State)
+		fmt.Fprintf(a.stdout, "node %s: %s, not draining: it takes work\n", id, st)
 	}
 	return nil
 }

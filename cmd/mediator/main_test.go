@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -463,4 +465,123 @@ func TestUsageAndUnavailable(t *testing.T) {
 	}
 	help := mediator(t, unreachable, "", "help")
 	expect(t, help, 0, "Exit codes:", "0    the run SUCCEEDED", "4    the API is unavailable")
+}
+
+// bidiControls are the embeddings, overrides and isolates: characters that reorder the rest
+// of a line on a terminal that applies the bidirectional algorithm.
+var bidiControls = []rune{0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069}
+
+// acting is what of s a terminal would act on rather than show (a control, C0 or C1, or a
+// bidi control), but the characters in allow.
+func acting(s, allow string) []rune {
+	var out []rune
+	for _, r := range s {
+		if (unicode.IsControl(r) || slices.Contains(bidiControls, r)) && !strings.ContainsRune(allow, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// shows checks that a command exited with code, printed nothing a terminal would act on but
+// its newlines, and said each of wants. What it printed is quoted in a failure, so that the
+// test's own log is not acted on.
+func shows(t *testing.T, what string, r result, code int, wants ...string) {
+	t.Helper()
+	quoted := fmt.Sprintf("exit %d\nstdout: %q\nstderr: %q", r.code, r.stdout, r.stderr)
+	if r.code != code {
+		t.Errorf("%s: want exit %d; got %s", what, code, quoted)
+	}
+	if raw := acting(r.stdout+r.stderr, "\n"); len(raw) > 0 {
+		t.Errorf("%s prints %q raw:\n%s", what, raw, quoted)
+	}
+	for _, want := range wants {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Errorf("%s does not say %q:\n%s", what, want, quoted)
+		}
+	}
+}
+
+// Text from the API is shown with what a terminal would act on escaped: a step's message
+// (reported by the node through the result route), a cancel's reason, a node's labels and a
+// problem's field path, in the tables and lines of run, runs, nodes, submit --wait and an
+// error. --output json is still the API's answer byte for byte.
+func TestTextFromTheAPIIsShownEscaped(t *testing.T) {
+	t.Parallel()
+	env, base := serve(t)
+	ctx := context.Background()
+	const (
+		message = "\x1b]0;pwned\a\x1b[2J\x1b[31mFAKE: run SUCCEEDED\r\u009b32m\x7f\u202egnp.exe\nsecond line"
+		reason  = "\x1b[1Aall good\a\u2066!"
+		label   = "team=\x1b[5mops\u0085"
+		// What a reader sees of them.
+		shownMessage = `\x1b]0;pwned\a\x1b[2J\x1b[31mFAKE: run SUCCEEDED\r\u009b32m\x7f\u202egnp.exe`
+		shownReason  = `\x1b[1Aall good\a\u2066!`
+		shownLabel   = `team=\x1b[5mops\u0085`
+	)
+	n1 := api(t, base, "dev-node-n1")
+	beat := func() *client.HeartbeatReply {
+		t.Helper()
+		hb, err := n1.Heartbeat(ctx, "n1", client.HeartbeatRequest{BootID: "b1", Labels: []string{"board=rpi4"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	beat()
+	run := file(t, "run.yaml", "run_id: esc\nneeds: [board=rpi4]\nsteps: [{id: s}]\n")
+	expect(t, mediator(t, base, "", "submit", "-f", run), 0, "placed on its nodes (201)")
+	lease := beat().Lease
+	if lease == nil {
+		t.Fatal("n1 holds no lease for run esc")
+	}
+	report := func(r client.ReportRequest) {
+		t.Helper()
+		r.NodeID, r.BootID, r.Epoch = "n1", "b1", lease.Epoch
+		if _, err := n1.Report(ctx, "esc", "s", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(client.ReportRequest{Status: client.Started})
+	expect(t, mediator(t, base, "", "cancel", "esc", "--reason", reason), 0, "cancel requested")
+	exit, msg := 3, message
+	report(client.ReportRequest{Status: client.ReportFailed, ExitCode: &exit, Message: &msg})
+	// The API refuses such a label in a heartbeat; written where the API reads labels from, it
+	// stands for a server that sends one: the CLI escapes what it is sent, whatever was checked.
+	env.Exec(`UPDATE nodes SET labels = $1 WHERE node_id = 'n1'`, []string{"board=rpi4", label})
+
+	// The same file again with --wait is the same run, which has ended: it says how.
+	shows(t, "submit --wait", mediator(t, base, "", "submit", "-f", run, "--wait"), 2, "run esc: CANCELLED",
+		"step s failed (exit 3): "+shownMessage+"\n    second line\n", "cancelled: "+shownReason+"\n")
+	shows(t, "run", mediator(t, base, "", "run", "esc"), 0, "run esc: CANCELLED", ": "+shownReason+"\n",
+		"FAILED  ", shownMessage+"…")
+	shows(t, "runs", mediator(t, base, "", "runs"), 0, "esc ", "CANCELLED")
+	shows(t, "nodes", mediator(t, base, "", "--token", "dev-admin", "nodes"), 0, "board=rpi4,"+shownLabel)
+	bad := file(t, "bad.json", `{"run_id":"bad","needs":["board=rpi4"],"steps":[{"id":"s"}],"\u009b2J\u202eevil":1}`)
+	shows(t, "a 400", mediator(t, base, "", "submit", "-f", bad), 3, "400 invalid_request", `  ["\u009b2J\u202eevil"]: unknown field`)
+
+	// --output json: what the API sent, the same text as was reported, requested and stored.
+	r := mediator(t, base, "", "run", "esc", "-o", "json")
+	detail, err := api(t, base, "dev-client").GetRun(ctx, "esc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 || r.stdout != string(detail.Body)+"\n" {
+		t.Fatalf("run -o json is not the API's body: %q\nwant: %q", r.stdout, detail.Body)
+	}
+	if got := detail.Run.Steps[0].Message; got == nil || *got != message || deref(detail.Run.CancelReason) != reason {
+		t.Fatalf("run -o json has message %q, cancel reason %q", deref(got), deref(detail.Run.CancelReason))
+	}
+	var nodes client.NodeList
+	if r := mediator(t, base, "", "--token", "dev-admin", "nodes", "-o", "json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &nodes) != nil ||
+		len(nodes.Nodes) != 1 || !slices.Contains(nodes.Nodes[0].Labels, label) {
+		t.Fatalf("nodes -o json: %q", r.stdout)
+	}
+	var problem struct {
+		Errors []client.FieldError `json:"errors"`
+	}
+	if r := mediator(t, base, "", "submit", "-f", bad, "-o", "json"); json.Unmarshal([]byte(r.stdout), &problem) != nil ||
+		!slices.Contains(problem.Errors, client.FieldError{Path: "[\"\u009b2J\u202eevil\"]", Message: "unknown field"}) {
+		t.Fatalf("a 400 -o json: %q", r.stdout)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"mediator/shared/client"
 )
@@ -49,8 +50,9 @@ func stateColour(state string) string {
 	return plain
 }
 
-// table writes rows under a header with aligned columns. The columns listed in coloured are
-// painted by state when colour is on (the header with the terminal's own colour).
+// table writes rows under a header with aligned columns. Every cell is written visible, so a
+// cell is one line and shows its controls, whoever filled it. The columns listed in coloured
+// are painted by state when colour is on (the header with the terminal's own colour).
 type table struct {
 	header   []string
 	rows     [][]string
@@ -64,6 +66,7 @@ func (t *table) write(w io.Writer, colour bool) {
 	line := func(cells []string, header bool) {
 		out := make([]string, len(cells))
 		for i, c := range cells {
+			c = visible(c)
 			if c == "" {
 				c = "-"
 			}
@@ -83,6 +86,79 @@ func (t *table) write(w io.Writer, colour bool) {
 		line(r, false)
 	}
 	_ = tw.Flush()
+}
+
+// visible is text this program did not write, as it may be shown among the program's own:
+// a step's message, a reason, a label, a node's id, a problem's detail and its field errors,
+// anything the API sent or another user wrote. Written raw, a step's message could retitle
+// the window, clear the screen and print "run a: SUCCEEDED" in green over a run that failed.
+// So every character a terminal acts on rather than shows is written as an escape a reader
+// can see (escape), newlines and tabs included: a cell or a part of a line stays one line, and
+// a tab cannot move a table's columns. Any other character, of any script, is kept.
+//
+// The escapes are printable ASCII and a backslash is kept as it is, so visible(visible(s)) is
+// visible(s): a value escaped by a helper and again as a table cell reads the same.
+//
+// This is for the human-readable output. --output json writes the API's answers byte for
+// byte (writeBody); so is content a user asks for as such, to pipe or to keep, when stdout is
+// not a terminal: there it is not shown among this program's lines.
+func visible(s string) string { return escape(s, false) }
+
+// visibleLines is text this program did not write printed as a block of lines, as a step's
+// message is when a run ended: visible, but its newlines and tabs kept (a CRLF read as a
+// newline), and every line after the first begun with indent, so that no line of it starts
+// where this program's own lines do.
+func visibleLines(s, indent string) string {
+	s = strings.TrimRight(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
+	return strings.ReplaceAll(escape(s, true), "\n", "\n"+indent)
+}
+
+// escape writes out, as Go would in a string literal, what a terminal would act on: the C0
+// controls and DEL (\x1b, \a, \r, \x7f), the C1 controls U+0080–U+009F (\u009b is CSI to
+// a terminal that takes 8-bit controls), and the bidirectional embeddings, overrides and
+// isolates U+202A–U+202E and U+2066–U+2069 (\u202e), which reorder the rest of a line so that
+// it reads as something else. A byte that is not UTF-8 is written \xNN. With lines, newlines
+// and tabs are kept.
+func escape(s string, lines bool) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case lines && (r == '\n' || r == '\t'):
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(controlEscape(r))
+		case r >= 0x80 && r <= 0x9f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// controlEscape is a C0 control or DEL as Go writes it: the short form where there is one.
+func controlEscape(r rune) string {
+	switch r {
+	case '\a':
+		return `\a`
+	case '\b':
+		return `\b`
+	case '\f':
+		return `\f`
+	case '\n':
+		return `\n`
+	case '\r':
+		return `\r`
+	case '\t':
+		return `\t`
+	case '\v':
+		return `\v`
+	}
+	return fmt.Sprintf(`\x%02x`, r)
 }
 
 // ago is a past (or future) time relative to now: "just now", "12s ago", "3m ago", "in 40s".
@@ -148,7 +224,7 @@ func seconds(s float64) time.Duration {
 func roles(assigned map[string]string) string {
 	var out []string
 	for _, role := range slices.Sorted(maps.Keys(assigned)) {
-		out = append(out, role+"="+assigned[role])
+		out = append(out, visible(role+"="+assigned[role]))
 	}
 	return strings.Join(out, ", ")
 }
@@ -158,14 +234,14 @@ func needs(labels []string) string {
 	if len(labels) == 0 {
 		return "(any node)"
 	}
-	return strings.Join(labels, ",")
+	return visible(strings.Join(labels, ","))
 }
 
 // unmetLines are a refusal's roles and what they need that no node has.
 func unmetLines(unmet []client.Unmet) []string {
 	var out []string
 	for _, u := range unmet {
-		out = append(out, fmt.Sprintf("role %s needs %s", u.Role, needs(u.Needs)))
+		out = append(out, fmt.Sprintf("role %s needs %s", visible(u.Role), needs(u.Needs)))
 	}
 	return out
 }

@@ -240,11 +240,14 @@ func exitCode(ctx context.Context, err error) int {
 }
 
 // explain says on stderr what went wrong; a problem with field errors lists every path.
+// What the API said is written visible, as is any other error's text: it may quote a run
+// file someone else wrote, or an answer that was not the API's. Such an error keeps its lines
+// (cobra's "Did you mean this?" is one).
 func (a *app) explain(err error) {
 	w := a.stderr
 	var ae *client.Error
 	if !errors.As(err, &ae) {
-		fmt.Fprintf(w, "mediator: %v\n", err)
+		fmt.Fprintf(w, "mediator: %s\n", visibleLines(err.Error(), ""))
 		if exitCode(context.Background(), err) == exitUsage {
 			fmt.Fprintln(w, "Run 'mediator help' for usage.")
 		}
@@ -265,16 +268,16 @@ func (a *app) explain(err error) {
 	if code == "" {
 		code = http.StatusText(ae.Status)
 	}
-	fmt.Fprintf(w, "mediator: %s %s: %d %s: %s\n", ae.Method, ae.Path, ae.Status, code, what)
+	fmt.Fprintf(w, "mediator: %s %s: %d %s: %s\n", ae.Method, visible(ae.Path), ae.Status, visible(code), visible(what))
 	for _, f := range ae.Errors {
 		path := f.Path
 		if path == "" {
 			path = "(the body)"
 		}
-		fmt.Fprintf(w, "  %s: %s\n", path, f.Message)
+		fmt.Fprintf(w, "  %s: %s\n", visible(path), visible(f.Message))
 	}
 	if ae.Run != nil {
-		fmt.Fprintf(w, "  run %s ended %s\n", ae.Run.RunID, strings.TrimSpace(ae.Run.State+" "+ae.Run.ReasonText()))
+		fmt.Fprintf(w, "  run %s ended %s\n", visible(ae.Run.RunID), visible(strings.TrimSpace(ae.Run.State+" "+ae.Run.ReasonText())))
 	}
 	if ae.Attempts > 1 {
 		fmt.Fprintf(w, "  (the last of %d attempts)\n", ae.Attempts)

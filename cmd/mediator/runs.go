@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -122,7 +123,7 @@ func (a *app) printRuns(pages []*client.RunPage) {
 		t.write(a.stdout, a.colour(a.stdoutTTY))
 	}
 	if last := pages[len(pages)-1]; last.Next != nil {
-		fmt.Fprintf(a.stdout, "more: mediator runs --after %s (or --all)\n", *last.Next)
+		fmt.Fprintf(a.stdout, "more: mediator runs --after %s (or --all)\n", visible(*last.Next))
 	}
 }
 
@@ -154,7 +155,7 @@ func runCommand(a *app) *cobra.Command {
 func (a *app) printRun(d *client.RunDetail) {
 	w, r, now := a.stdout, d.Run, a.now()
 	colour := a.colour(a.stdoutTTY)
-	fmt.Fprintf(w, "run %s: %s", r.RunID, colourState(colour, r.State)+reasonSuffix(r))
+	fmt.Fprintf(w, "run %s: %s", visible(r.RunID), colourState(colour, r.State)+reasonSuffix(r))
 	if r.State == client.Queued {
 		fmt.Fprintf(w, " at queue position %s", position(r))
 	}
@@ -171,7 +172,7 @@ func (a *app) printRun(d *client.RunDetail) {
 	if r.CancelRequestedAt != nil {
 		line := "  cancel requested " + ago(*r.CancelRequestedAt, now)
 		if r.CancelReason != nil && *r.CancelReason != "" {
-			line += ": " + *r.CancelReason
+			line += ": " + visible(*r.CancelReason)
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -212,11 +213,16 @@ func (a *app) printRun(d *client.RunDetail) {
 	history.write(w, colour)
 }
 
-// oneLine keeps a table cell on its line: a message's first line, cut short.
+// oneLine keeps a message's cell short: its first line, cut at a character's start (a cut
+// through one would show as \x escapes of its bytes).
 func oneLine(s string) string {
 	s, _, cut := strings.Cut(s, "\n")
 	if len(s) > 60 {
-		s, cut = s[:60], true
+		end := 60
+		for !utf8.RuneStart(s[end]) {
+			end--
+		}
+		s, cut = s[:end], true
 	}
 	if cut {
 		s += "…"
@@ -248,9 +254,9 @@ and is CANCELLED when they have (or after a grace). --force (admins) settles it 
 			}
 			st := colourState(a.colour(a.stdoutTTY), c.Run.State) + reasonSuffix(c.Run)
 			if c.Settled() {
-				fmt.Fprintf(a.stdout, "run %s: %s (200)\n", c.Run.RunID, st)
+				fmt.Fprintf(a.stdout, "run %s: %s (200)\n", visible(c.Run.RunID), st)
 			} else {
-				fmt.Fprintf(a.stdout, "run %s: %s, cancel requested: its nodes were asked to stop (202)\n", c.Run.RunID, st)
+				fmt.Fprintf(a.stdout, "run %s: %s, cancel requested: its nodes were asked to stop (202)\n", visible(c.Run.RunID), st)
 			}
 			return nil
 		},
@@ -290,7 +296,7 @@ then arrival. Raised, the run may be placed at once; a run no longer queued is r
 			if r.Run.State == client.Queued {
 				st += " at queue position " + position(r.Run)
 			}
-			fmt.Fprintf(a.stdout, "run %s: priority %d, %s\n", r.Run.RunID, r.Run.Priority, st)
+			fmt.Fprintf(a.stdout, "run %s: priority %d, %s\n", visible(r.Run.RunID), r.Run.Priority, st)
 			return nil
 		},
 	}

@@ -123,7 +123,8 @@ func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry
 	final, err := a.follow(ctx, api, s.Run)
 	if err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintf(a.stderr, "\nstopped following run %s; it goes on (mediator run %s)\n", s.Run.RunID, s.Run.RunID)
+			id := visible(s.Run.RunID)
+			fmt.Fprintf(a.stderr, "\nstopped following run %s; it goes on (mediator run %s)\n", id, id)
 			return exitWith(exitInterrupted)
 		}
 		return err
@@ -168,30 +169,30 @@ func fileName(name string) string {
 // printSubmitted says what the submit did: the state, then the queue position, the nodes, or
 // the unmet needs.
 func (a *app) printSubmitted(s *client.Submitted) {
-	w, r := a.stdout, s.Run
+	w, r, id := a.stdout, s.Run, visible(s.Run.RunID)
 	c := a.colour(a.stdoutTTY)
 	st := colourState(c, r.State)
 	switch {
 	case s.Placed():
-		fmt.Fprintf(w, "run %s: %s, placed on its nodes (201)\n", r.RunID, st)
+		fmt.Fprintf(w, "run %s: %s, placed on its nodes (201)\n", id, st)
 	case s.Queued():
-		fmt.Fprintf(w, "run %s: %s at queue position %s (202)\n", r.RunID, st, position(r))
+		fmt.Fprintf(w, "run %s: %s at queue position %s (202)\n", id, st, position(r))
 	case s.Refused():
 		fmt.Fprintf(w, "run %s: %s, refused (422): no node of the fleet could ever serve it\n",
-			r.RunID, colourState(c, r.State)+reasonSuffix(r))
+			id, colourState(c, r.State)+reasonSuffix(r))
 		for _, l := range unmetLines(s.Unmet) {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
 		return
 	default:
 		fmt.Fprintf(w, "run %s: %s (200: submitted before with this same request; the run as it stands)\n",
-			r.RunID, st+reasonSuffix(r))
+			id, st+reasonSuffix(r))
 		if r.State == client.Queued {
 			fmt.Fprintf(w, "  queue position %s\n", position(r))
 		}
 	}
 	for _, role := range slices.Sorted(maps.Keys(r.Assigned)) {
-		fmt.Fprintf(w, "  %s → %s\n", role, r.Assigned[role])
+		fmt.Fprintf(w, "  %s → %s\n", visible(role), visible(r.Assigned[role]))
 	}
 }
 
@@ -208,10 +209,12 @@ func reasonSuffix(r client.Run) string {
 	if r.Reason == nil || strings.EqualFold(*r.Reason, r.State) {
 		return ""
 	}
-	return " " + *r.Reason
+	return " " + visible(*r.Reason)
 }
 
+// colourState is a state from the API, visible, painted when colour is on.
 func colourState(colour bool, s string) string {
+	s = visible(s)
 	if !colour {
 		return s
 	}
@@ -232,7 +235,7 @@ func (a *app) dryRun(ctx context.Context, api *client.Client, body []byte) error
 		case client.Placeable:
 			fmt.Fprintln(w, "dry run: placeable: a submit now would be placed")
 			for _, role := range slices.Sorted(maps.Keys(v.Assigned)) {
-				fmt.Fprintf(w, "  %s → %s\n", role, v.Assigned[role])
+				fmt.Fprintf(w, "  %s → %s\n", visible(role), visible(v.Assigned[role]))
 			}
 		case client.Busy:
 			fmt.Fprintln(w, "dry run: busy: nodes of the fleet could serve it, but not now; a submit would queue")
@@ -244,7 +247,7 @@ func (a *app) dryRun(ctx context.Context, api *client.Client, body []byte) error
 		case client.TooWide:
 			fmt.Fprintf(w, "dry run: too_wide: %d roles is more than the API allows in one run\n", v.Width)
 		default:
-			fmt.Fprintf(w, "dry run: %s\n", v.Verdict)
+			fmt.Fprintf(w, "dry run: %s\n", visible(v.Verdict))
 		}
 	}
 	switch v.Verdict {

@@ -128,7 +128,7 @@ func (s *status) end() {
 // "run b: RUNNING on main=rpi-1 · steps 1/3 · attempt 2/2".
 func describe(r client.Run, colour bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "run %s: %s", r.RunID, colourState(colour, r.State)+reasonSuffix(r))
+	fmt.Fprintf(&b, "run %s: %s", visible(r.RunID), colourState(colour, r.State)+reasonSuffix(r))
 	if r.State == client.Running && len(r.Assigned) > 0 {
 		b.WriteString(" on " + roles(r.Assigned))
 	}
@@ -146,23 +146,23 @@ func describe(r client.Run, colour bool) string {
 }
 
 // printEnding says how a followed run ended: the steps that failed, with their exit codes and
-// messages, or why it was cancelled.
+// messages (a message's later lines indented under its step), and why it was cancelled.
 func (a *app) printEnding(r client.Run) {
 	w := a.stdout
 	for _, st := range r.Steps {
 		if st.State != client.Failed {
 			continue
 		}
-		line := fmt.Sprintf("  step %s failed", st.ID)
+		line := fmt.Sprintf("  step %s failed", visible(st.ID))
 		if st.ExitCode != nil {
 			line += fmt.Sprintf(" (exit %d)", *st.ExitCode)
 		}
 		if st.Message != nil && *st.Message != "" {
-			line += ": " + *st.Message
+			line += ": " + visibleLines(*st.Message, "    ")
 		}
 		fmt.Fprintln(w, line)
 	}
 	if r.State == client.Cancelled && r.CancelReason != nil && *r.CancelReason != "" {
-		fmt.Fprintf(w, "  cancelled: %s\n", *r.CancelReason)
+		fmt.Fprintf(w, "  cancelled: %s\n", visible(*r.CancelReason))
 	}
 }
