@@ -338,12 +338,15 @@ type Beat struct {
 	NextHeartbeatSeconds int              `json:"next_heartbeat_seconds"`
 }
 
-// Report sends a step report as the node, under the lease it holds.
+// Report sends a step report as the node, under the lease it holds: a final one with exit
+// code 0, a started one with none (the step has not exited).
 func (e *Env) Report(node, boot string, epoch int64, runID, stepID, status string) Response {
 	e.T.Helper()
-	return e.Do(Node(node), "POST", "/v1/runs/"+runID+"/steps/"+stepID+"/result", map[string]any{
-		"node_id": node, "boot_id": boot, "epoch": epoch, "status": status, "exit_code": 0,
-	})
+	report := map[string]any{"node_id": node, "boot_id": boot, "epoch": epoch, "status": status}
+	if status != store.ReportStarted {
+		report["exit_code"] = 0
+	}
+	return e.Do(Node(node), "POST", "/v1/runs/"+runID+"/steps/"+stepID+"/result", report)
 }
 
 // Epoch is the epoch of the lease a node holds (0 for none).
