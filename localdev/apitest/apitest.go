@@ -52,19 +52,24 @@ type Env struct {
 	Deps      startup.Deps
 	Functions map[string]httpapi.Handler
 	gw        *gateway.Gateway
+	database  string // the URL of the test's database, without the session's settings
 }
 
 // Option changes how the test's Mediator is built.
 type Option func(*options)
 
 type options struct {
-	cfg       config.Config
+	configure []func(*config.Config)
+	database  string // a database already made for the test; "" for a fresh one
+	session   []string
 	tracer    pgx.QueryTracer
 	publisher func(*store.Store, *slog.Logger) *publish.Publisher
 }
 
 // Configure changes the configuration before the store is opened.
-func Configure(fn func(*config.Config)) Option { return func(o *options) { fn(&o.cfg) } }
+func Configure(fn func(*config.Config)) Option {
+	return func(o *options) { o.configure = append(o.configure, fn) }
+}
 
 // PoolSize sets how many connections the test's store may open (concurrency tests want many).
 func PoolSize(n int32) Option { return Configure(func(c *config.Config) { c.Database.MaxConns = n }) }
@@ -81,9 +86,20 @@ func Publisher(fn func(*store.Store, *slog.Logger) *publish.Publisher) Option {
 // New opens a store on a fresh database and builds every handler on it.
 func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.database == "" {
+		o.database = testdb.URL(t)
+	}
+	url, err := withSession(o.database, o.session)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := config.Load(func(name string) string {
 		if name == "DATABASE_URL" {
-			return testdb.URL(t)
+			return url
 		}
 		return ""
 	})
@@ -91,11 +107,9 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatal(err)
 	}
 	cfg.Database.MaxConns = 4
-	o := options{cfg: cfg}
-	for _, opt := range opts {
-		opt(&o)
+	for _, fn := range o.configure {
+		fn(&cfg)
 	}
-	cfg = o.cfg
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if os.Getenv("APITEST_LOG") != "" {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -116,7 +130,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	fns := httpapi.Functions(d)
 	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns,
-		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}}
+		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}, database: o.database}
 }
 
 // Response is a handler's answer.
@@ -324,12 +338,15 @@ type Beat struct {
 	NextHeartbeatSeconds int              `json:"next_heartbeat_seconds"`
 }
 
-// Report sends a step report as the node, under the lease it holds.
+// Report sends a step report as the node, under the lease it holds: a final one with exit
+// code 0, a started one with none (the step has not exited).
 func (e *Env) Report(node, boot string, epoch int64, runID, stepID, status string) Response {
 	e.T.Helper()
-	return e.Do(Node(node), "POST", "/v1/runs/"+runID+"/steps/"+stepID+"/result", map[string]any{
-		"node_id": node, "boot_id": boot, "epoch": epoch, "status": status, "exit_code": 0,
-	})
+	report := map[string]any{"node_id": node, "boot_id": boot, "epoch": epoch, "status": status}
+	if status != store.ReportStarted {
+		report["exit_code"] = 0
+	}
+	return e.Do(Node(node), "POST", "/v1/runs/"+runID+"/steps/"+stepID+"/result", report)
 }
 
 // Epoch is the epoch of the lease a node holds (0 for none).

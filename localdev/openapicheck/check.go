@@ -245,7 +245,8 @@ func isObject(n *yaml.Node) bool {
 // operations: each operation says who may call it — no one in particular (security: []), or
 // the same principal kinds under every scheme (iam and devToken as roles, jwt as the scopes
 // mediator/<kind>) — and lists the statuses every handler can answer: 400 (a query parameter
-// it does not take) and 500 always, 401 and 403 when it needs credentials.
+// it does not take) and 500 always, 401 and 403 when it needs credentials, 415 when it takes a
+// body (one declared as something it cannot be read as).
 func operations(top *yaml.Node) []string {
 	var out []string
 	eachPair(get(top, "paths"), func(path string, item *yaml.Node) {
@@ -283,6 +284,9 @@ func operations(top *yaml.Node) []string {
 						out = append(out, fmt.Sprintf("%s: %s serves %v, iam %v: every scheme must name the same kinds", key, scheme, kinds[scheme], kinds["iam"]))
 					}
 				}
+			}
+			if get(op, "requestBody") != nil {
+				want = append(want, "415")
 			}
 			for _, status := range want {
 				if get(op, "responses", status) == nil {

@@ -42,6 +42,7 @@ func TestCheckFindsEveryFault(t *testing.T) {
 		{"a jwt scope that names no kind", after(t, doc, "operationId: removeNode", "- jwt: [mediator/admin]", "- jwt: [admin]"), "is not mediator/<kind>"},
 		{"no security at all", after(t, doc, "operationId: listLeases", "      security:\n", "      x-security:\n"), "no security"},
 		{"no 401 on a route that needs credentials", after(t, doc, "operationId: listLeases", `"401":`, `"402":`), "GET /v1/leases: no 401 response"},
+		{"no 415 on a route that takes a body", after(t, doc, "operationId: cancelRun", `"415":`, `"416":`), "POST /v1/runs/{run_id}/cancel: no 415 response"},
 	} {
 		found := openapicheck.Check([]byte(c.doc), httpapi.Routes)
 		if !strings.Contains(strings.Join(found, "\n"), c.want) {

@@ -416,8 +416,11 @@ func (a *agent) work(epoch int64, st store.NodeStep) {
 
 // report sends one step report; 409 is right whenever the run moved on under the node.
 func (a *agent) report(epoch int64, st store.NodeStep, status string, ok ...int) bool {
-	resp := a.w.env.Do(apitest.Node(a.id), "POST", "/v1/runs/"+st.RunID+"/steps/"+st.StepID+"/result",
-		map[string]any{"node_id": a.id, "boot_id": a.boot, "epoch": epoch, "status": status, "exit_code": 0})
+	report := map[string]any{"node_id": a.id, "boot_id": a.boot, "epoch": epoch, "status": status}
+	if status != "started" { // a started step has not exited
+		report["exit_code"] = 0
+	}
+	resp := a.w.env.Do(apitest.Node(a.id), "POST", "/v1/runs/"+st.RunID+"/steps/"+st.StepID+"/result", report)
 	a.w.expect(fmt.Sprintf("%s %s %s/%s", a.id, status, st.RunID, st.StepID), resp, ok...)
 	return resp.Status == 200
 }

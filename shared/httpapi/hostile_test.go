@@ -5,6 +5,8 @@ package httpapi_test
 // leaves the database exactly as it found it.
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -31,6 +33,7 @@ type hostileCase struct {
 	status int
 	code   string
 	path   string // for a 400: a path some problem must be at ("" to not check)
+	says   string // what the problem must say (the rule broken, what to send), "" to not check
 }
 
 // Tables a request could write to.
@@ -86,7 +89,24 @@ func withRawBody(raw string) func(*events.APIGatewayV2HTTPRequest) {
 }
 
 func withContentType(ct string) func(*events.APIGatewayV2HTTPRequest) {
-	return func(ev *events.APIGatewayV2HTTPRequest) { ev.Headers["content-type"] = ct }
+	return withHeader("content-type", ct)
+}
+
+// withHeader sets a header as API Gateway passes it on (payload 2.0: names lower-cased).
+func withHeader(name, value string) func(*events.APIGatewayV2HTTPRequest) {
+	return func(ev *events.APIGatewayV2HTTPRequest) { ev.Headers[name] = value }
+}
+
+// gzipped is body compressed, as a client that gzips its requests sends it, API Gateway
+// base64-encoding what is not text.
+func gzipped(t *testing.T, body string) func(*events.APIGatewayV2HTTPRequest) {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write([]byte(body)); err != nil || w.Close() != nil {
+		t.Fatalf("gzip: %v", err)
+	}
+	raw := withBase64(b.Bytes())
+	return func(ev *events.APIGatewayV2HTTPRequest) { raw(ev); ev.Headers["content-encoding"] = "gzip" }
 }
 
 // withPathParam puts a value in a path parameter that no URL the local gateway parses would
@@ -344,16 +364,18 @@ func TestHostileCatalogue(t *testing.T) {
 	}
 
 	// --- Bodies, route by route. Each body route is a (principal, target) pair with a body
-	// that is acceptable, so the hostile variants differ from it in one way.
+	// that is acceptable (ok: it would change the fixture), so the hostile variants differ
+	// from it in one way.
 	bodyRoutes := []struct {
 		name   string
 		who    auth.Principal
 		target string
+		ok     string
 	}{
-		{"submit", alice, "/v1/runs"},
-		{"heartbeat", nodeA, "/v1/nodes/A"},
-		{"result", nodeA, "/v1/runs/held/steps/flash/result"},
-		{"cancel", alice, "/v1/runs/held/cancel"},
+		{"submit", alice, "/v1/runs", okRun},
+		{"heartbeat", nodeA, "/v1/nodes/A", `{"boot_id":"a1","labels":["board=rpi4"]}`},
+		{"result", nodeA, "/v1/runs/held/steps/flash/result", fmt.Sprintf(`{"node_id":"A","boot_id":"a1","epoch":%d,"status":"succeeded"}`, epochA)},
+		{"cancel", alice, "/v1/runs/held/cancel", `{"reason":"enough"}`},
 	}
 	method := map[string]string{"submit": "POST", "heartbeat": "PUT", "result": "POST", "cancel": "POST"}
 	for _, r := range bodyRoutes {
@@ -361,6 +383,23 @@ func TestHostileCatalogue(t *testing.T) {
 		c := func(name string, body any, tamper func(*events.APIGatewayV2HTTPRequest), status int, code string) {
 			add(hostileCase{name: r.name + ": " + name, who: r.who, method: m, target: r.target, body: body, tamper: tamper, status: status, code: code})
 		}
+		// The acceptable body, declared as something it cannot be read as: refused, saying what
+		// to send, rather than read as UTF-8 JSON all the same.
+		unread := func(name string, tamper func(*events.APIGatewayV2HTTPRequest)) {
+			add(hostileCase{name: r.name + ": " + name, who: r.who, method: m, target: r.target, body: r.ok, tamper: tamper,
+				status: 415, code: "unsupported_media_type", says: "send the body as application/json; charset=utf-8, uncompressed"})
+		}
+		unread("content-encoding gzip on a body that is not compressed", withHeader("content-encoding", "gzip"))
+		unread("content-encoding gzip on a gzipped body", gzipped(t, r.ok))
+		unread("content-encoding deflate", withHeader("content-encoding", "deflate"))
+		unread("content-encoding br", withHeader("content-encoding", "br"))
+		unread("content-encoding identity, then gzip", withHeader("content-encoding", "identity, gzip"))
+		unread("charset iso-8859-1", withContentType("application/json; charset=iso-8859-1"))
+		unread("charset utf-16", withContentType("application/json; charset=utf-16"))
+		unread("charset utf8, not utf-8", withContentType("application/json; charset=utf8"))
+		unread("a +json media type", withContentType("application/vnd.evil+json"))
+		unread("a +json media type in UTF-8", withContentType("application/merge-patch+json; charset=utf-8"))
+		unread("content-type text/json", withContentType("text/json"))
 		c("oversized body", oversized, nil, 413, "payload_too_large")
 		c("one byte over the limit", padTo(limit+1, `{}`), nil, 413, "payload_too_large")
 		c("exactly the limit is read (and is malformed)", padTo(limit, `{"x":1,}`), nil, 400, "invalid_request")
@@ -547,6 +586,21 @@ func TestHostileCatalogue(t *testing.T) {
 	res("boot_id with a control character", "boot_id", fmt.Sprintf(`{"node_id":"A","boot_id":"a1\u0007","epoch":%d,"status":"succeeded"}`, epochA), 400, "invalid_request")
 	res("exit_code past int32", "exit_code", `{`+ok+`,"status":"failed","exit_code":2147483648}`, 400, "invalid_request")
 	res("exit_code as a string", "exit_code", `{`+ok+`,"status":"failed","exit_code":"1"}`, 400, "invalid_request")
+	// An exit code is what its status says it can be. Each of these reports would be taken
+	// without its exit_code (flash is RUNNING on A): it is refused for that alone.
+	exit := func(name, status, code, says string) {
+		add(hostileCase{name: "result: " + name, who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result",
+			body: `{` + ok + `,"status":"` + status + `","exit_code":` + code + `}`, status: 400, code: "invalid_request", path: "exit_code", says: says})
+	}
+	exit("started with an exit_code", "started", "0", "a started report carries no exit_code")
+	exit("started with a failure's exit_code", "started", "1", "a started report carries no exit_code")
+	exit("succeeded with exit_code 1", "succeeded", "1", "must be 0, or absent, in a succeeded report")
+	exit("succeeded with exit_code -1", "succeeded", "-1", "must be 0, or absent, in a succeeded report")
+	exit("failed with exit_code -1", "failed", "-1", "must be a whole number from 0 to 255")
+	exit("failed with exit_code 256", "failed", "256", "must be a whole number from 0 to 255")
+	exit("failed with exit_code 1.5", "failed", "1.5", "must be a whole number from 0 to 255")
+	exit("cancelled with exit_code -1", "cancelled", "-1", "must be a whole number from 0 to 255")
+	exit("cancelled with exit_code 256", "cancelled", "256", "must be a whole number from 0 to 255")
 	res("NUL in the message", "message", `{`+ok+`,"status":"failed","message":"oops\u0000"}`, 400, "invalid_request")
 	res("NUL in the output", "output", `{`+ok+`,"status":"failed","output":"\u0000"}`, 400, "invalid_request")
 	res("message as an object", "message", `{`+ok+`,"status":"failed","message":{"text":"x"}}`, 400, "invalid_request")
@@ -592,6 +646,9 @@ func TestHostileCatalogue(t *testing.T) {
 				t.Errorf("status %d, want %d: %s", resp.Status, tc.status, shown)
 			}
 			checkProblem(t, resp, ev.RequestContext.RequestID, tc.code, tc.path)
+			if tc.says != "" && !strings.Contains(string(resp.Body), tc.says) {
+				t.Errorf("the problem does not say %q: %s", tc.says, shown)
+			}
 			if after := snapshot(t, env); !equalMaps(before, after) {
 				for _, table := range stateTables {
 					if before[table] != after[table] {
@@ -766,5 +823,40 @@ func TestSurrogatePairsAreText(t *testing.T) {
 	var reason string
 	if err := env.Store.Pool().QueryRow(context.Background(), `SELECT cancel_reason FROM runs WHERE run_id = 'pair'`).Scan(&reason); err != nil || reason != "🛑" {
 		t.Fatalf("cancel_reason %q (%v)", reason, err)
+	}
+}
+
+// A body declared as what it is — JSON in UTF-8, uncompressed — is read however the
+// declaration is written, and so is one that declares no media type (the refused
+// declarations are in TestHostileCatalogue).
+func TestBodiesDeclaredAsJSONAreRead(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "a1", false, "board=rpi4")
+	for i, tamper := range []func(*events.APIGatewayV2HTTPRequest){
+		withContentType("application/json"),
+		withContentType("application/json; charset=utf-8"),
+		withContentType("application/json;charset=UTF-8"),
+		withContentType(`Application/JSON; Charset="Utf-8"`),
+		withHeader("content-encoding", "identity"),
+		withHeader("content-encoding", " IDENTITY "),
+	} {
+		id := fmt.Sprintf("declared-%d", i)
+		ev, route := env.Event(alice, "POST", "/v1/runs", oneNodeRun(id, "board=rpi4"))
+		tamper(&ev)
+		if resp := env.Invoke(route.Function, ev); resp.Status != 201 && resp.Status != 202 {
+			t.Errorf("%s (headers %v): %s", id, ev.Headers, resp)
+		}
+	}
+	// Sent to the handler itself: OpenAPI keys a request body by its media type, so the
+	// document cannot describe one without (its prose says it is read as JSON), and the
+	// contract check would refuse the exchange for that alone.
+	ev, route := env.Event(alice, "POST", "/v1/runs", oneNodeRun("undeclared", "board=rpi4"))
+	delete(ev.Headers, "content-type")
+	if resp, err := env.Functions[route.Function](t.Context(), ev); err != nil || resp.StatusCode != 202 {
+		t.Errorf("a body without a Content-Type: %v %d %s", err, resp.StatusCode, resp.Body)
+	}
+	if n := env.Count(`SELECT count(*) FROM runs WHERE run_id LIKE 'declared-%' OR run_id = 'undeclared'`); n != 7 {
+		t.Fatalf("%d of 7 runs stored", n)
 	}
 }

@@ -173,6 +173,17 @@ func TestContractCatchesWhatTheDocumentDoesNotSay(t *testing.T) {
 	if found := contract.Check(odd, dry); !slices.ContainsFunc(found, func(f string) bool { return strings.Contains(f, "dry_run") }) {
 		t.Errorf("?dry_run=yes answered 200: found %q", found)
 	}
+	// The document holds a report's exit_code to its status's rule: one taken against it is
+	// reported.
+	took := events.APIGatewayV2HTTPResponse{StatusCode: 200, Headers: map[string]string{"content-type": "application/json"},
+		Body: `{"run_id":"r","step_id":"s1","step_state":"RUNNING","run_state":"RUNNING","next":[]}`}
+	for status, code := range map[string]int{"started": 0, "succeeded": 1, "failed": -1, "cancelled": 256} {
+		report, _ := env.Event(apitest.Node("A"), "POST", "/v1/runs/r/steps/s1/result",
+			map[string]any{"node_id": "A", "boot_id": "b1", "epoch": 1, "status": status, "exit_code": code})
+		if found := contract.Check(report, took); !slices.ContainsFunc(found, func(f string) bool { return strings.Contains(f, "exit_code") }) {
+			t.Errorf("a %s report with exit_code %d answered 200: found %q", status, code, found)
+		}
+	}
 	// And so is a 2xx to a principal of a kind the route does not serve.
 	asNode, _ := env.Event(apitest.Node("A"), "GET", "/v1/queue", nil)
 	queue := events.APIGatewayV2HTTPResponse{StatusCode: 200, Headers: map[string]string{"content-type": "application/json"}, Body: `{"queue":[]}`}

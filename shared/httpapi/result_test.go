@@ -214,3 +214,47 @@ func TestResultHandsOverTheNextRun(t *testing.T) {
 		t.Fatalf("starting the handed-over run: %s", r)
 	}
 }
+
+// Exit codes within their status's rule are stored as reported: a succeeded step's 0, or
+// none; a failed one's 0 to 255, or none (null is none); a started step's none. (Each rule
+// broken is in TestHostileCatalogue.)
+func TestExitCodesWithinTheirRulesAreStored(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "b1", false, "board")
+	run := oneNodeRun("r", "board", "ok", "none", "null", "zero", "top")
+	run["steps"] = []map[string]any{{"id": "ok"}, {"id": "none"}, {"id": "null"}, {"id": "zero"}, {"id": "top"}}
+	if resp := env.Do(alice, "POST", "/v1/runs", run); resp.Status != 201 {
+		t.Fatalf("submit: %s", resp)
+	}
+	report := func(step, status string, code any, set bool) apitest.Response {
+		body := map[string]any{"node_id": "A", "boot_id": "b1", "epoch": env.Epoch("A"), "status": status}
+		if set {
+			body["exit_code"] = code
+		}
+		return env.Do(apitest.Node("A"), "POST", "/v1/runs/r/steps/"+step+"/result", body)
+	}
+	for _, c := range []struct {
+		step, status string
+		code         any
+		set          bool
+		want         string // the exit code stored, "" for none
+	}{
+		{"ok", store.ReportSucceeded, 0, true, "0"},
+		{"none", store.ReportSucceeded, nil, false, ""},
+		{"null", store.ReportFailed, nil, true, ""},
+		{"zero", store.ReportFailed, 0, true, "0"},
+		{"top", store.ReportFailed, 255, true, "255"},
+	} {
+		if r := report(c.step, store.ReportStarted, nil, true); r.Status != 200 {
+			t.Fatalf("%s started, with a null exit_code: %s", c.step, r)
+		}
+		if r := report(c.step, c.status, c.code, c.set); r.Status != 200 {
+			t.Fatalf("%s %s with exit_code %v: %s", c.step, c.status, c.code, r)
+		}
+		var got string
+		if err := env.Store.Pool().QueryRow(t.Context(), `SELECT coalesce(exit_code::text, '') FROM steps WHERE run_id = 'r' AND step_id = $1`, c.step).Scan(&got); err != nil || got != c.want {
+			t.Errorf("%s: exit_code %q stored (%v), want %q", c.step, got, err, c.want)
+		}
+	}
+}

@@ -173,16 +173,13 @@ func (c *call) respond(status int, contentType string, body any) events.APIGatew
 }
 
 // body returns the request body, decoded from base64 when API Gateway encoded it, refusing
-// (413) anything over MAX_BODY_BYTES — before decoding, so a small base64 body cannot expand
-// past the limit unseen — and (415) a body declared as something other than JSON.
+// (415) a body that cannot be read as it is declared (unreadable) and (413) anything over
+// MAX_BODY_BYTES — before decoding, so a small base64 body cannot expand past the limit unseen.
 func (c *call) body() ([]byte, error) {
-	limit := c.d.Config.MaxBodyBytes
-	if ct := header(c.req, "content-type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !isJSONSuffix(mt)) {
-			return nil, problem.New(problem.UnsupportedMediaType, "send the body as application/json")
-		}
+	if p := unreadable(c.req); p != nil {
+		return nil, p
 	}
+	limit := c.d.Config.MaxBodyBytes
 	raw := c.req.Body
 	if !c.req.IsBase64Encoded {
 		if len(raw) > limit {
@@ -203,12 +200,35 @@ func (c *call) body() ([]byte, error) {
 	return b, nil
 }
 
-func tooLarge(limit int) error {
-	return problem.New(problem.PayloadTooLarge, fmt.Sprintf("the body must be at most %d bytes", limit))
+// sendJSON is what a client is told to send instead of a body it cannot have read.
+const sendJSON = "send the body as application/json; charset=utf-8, uncompressed"
+
+// unreadable is the problem (415) with a body declared as something the handlers do not read
+// it as — UTF-8 JSON, as it arrives — or nil: a Content-Encoding other than identity (nothing
+// decodes it: a gzipped body would be parsed as its compressed bytes), a Content-Type other
+// than application/json (a +json type promises a meaning of its own), or a charset other than
+// UTF-8 (ISO-8859-1 bytes would be refused as bad UTF-8, or read as other characters). A body
+// that declares no Content-Type is read as JSON.
+func unreadable(req events.APIGatewayV2HTTPRequest) *problem.Problem {
+	if enc := strings.TrimSpace(header(req, "content-encoding")); enc != "" && !strings.EqualFold(enc, "identity") {
+		return problem.New(problem.UnsupportedMediaType, "a Content-Encoding is not decoded here: "+sendJSON)
+	}
+	ct := header(req, "content-type")
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return problem.New(problem.UnsupportedMediaType, "the body must be JSON: "+sendJSON)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return problem.New(problem.UnsupportedMediaType, "the body must be UTF-8: "+sendJSON)
+	}
+	return nil
 }
 
-func isJSONSuffix(mt string) bool {
-	return len(mt) > 5 && mt[len(mt)-5:] == "+json"
+func tooLarge(limit int) error {
+	return problem.New(problem.PayloadTooLarge, fmt.Sprintf("the body must be at most %d bytes", limit))
 }
 
 // header reads a header; API Gateway lower-cases header names in payload 2.0.

@@ -43,7 +43,7 @@ var table = map[string]struct {
 	RunNotLive:           {http.StatusConflict, "The run has already finished"},
 	RunNotQueued:         {http.StatusConflict, "The run is not queued"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "The request, or a field of it, is too large"},
-	UnsupportedMediaType: {http.StatusUnsupportedMediaType, "The body must be JSON"},
+	UnsupportedMediaType: {http.StatusUnsupportedMediaType, "The body must be uncompressed UTF-8 JSON"},
 	Internal:             {http.StatusInternalServerError, "Something went wrong on our side"},
 	Unavailable:          {http.StatusServiceUnavailable, "The service is temporarily unavailable; try again"},
 }

@@ -584,8 +584,14 @@ func checkResult(t *testing.T, body []byte) {
 	default:
 		c.fail("status %q", p.Status)
 	}
-	if p.ExitCode != nil && (*p.ExitCode < math.MinInt32 || *p.ExitCode > math.MaxInt32) {
-		c.fail("exit_code %d does not fit an integer column", *p.ExitCode)
+	if p.ExitCode != nil {
+		highest := request.MaxExitCode
+		if p.Status == store.ReportSucceeded {
+			highest = 0
+		}
+		if p.Status == store.ReportStarted || *p.ExitCode < 0 || *p.ExitCode > highest {
+			c.fail("a %s report with exit_code %d", p.Status, *p.ExitCode)
+		}
 	}
 	c.text("message", p.Message, request.MaxMessageBytes)
 	c.text("output", p.Output, request.MaxOutputBytes)

@@ -43,10 +43,7 @@ func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Pro
 			o.fail("status", "must be one of started, succeeded, failed, cancelled")
 		}
 	}
-	if v, set := o.integer("exit_code", 0, math.MinInt32, math.MaxInt32); set {
-		code := int(v)
-		p.ExitCode = &code
-	}
+	p.ExitCode = exitCode(o, p.Status)
 	var tooLarge *problem.Problem
 	p.Message, tooLarge = boundedText(o, "message", MaxMessageBytes, tooLarge)
 	p.Output, tooLarge = boundedText(o, "output", MaxOutputBytes, tooLarge)
@@ -59,6 +56,37 @@ func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Pro
 		return store.ReportParams{}, tooLarge
 	}
 	return p, nil
+}
+
+// MaxExitCode is the largest exit status a process has (a shell's 128 + a signal's number
+// included).
+const MaxExitCode = 255
+
+// exitCode reads a report's exit_code, which its status decides: a succeeded step exited 0, a
+// failed or cancelled one with a process's exit status (0 to MaxExitCode), and a started one
+// has not exited yet, so carries none. Absent (or null) is a report without one, whatever
+// the status. A report with no valid status is held to the widest rule.
+func exitCode(o *object, status string) *int {
+	v, ok := o.get("exit_code", false)
+	if !ok {
+		return nil
+	}
+	hi, rule := int64(MaxExitCode), fmt.Sprintf("must be a whole number from 0 to %d (a process's exit status), or absent", MaxExitCode)
+	switch status {
+	case store.ReportStarted:
+		o.fail("exit_code", "a started report carries no exit_code: the step has not exited yet")
+		return nil
+	case store.ReportSucceeded:
+		hi, rule = 0, "must be 0, or absent, in a succeeded report: a step that exited otherwise failed"
+	}
+	n, isNum := v.(json.Number)
+	i, err := n.Int64()
+	if !isNum || err != nil || i < 0 || i > hi {
+		o.fail("exit_code", rule)
+		return nil
+	}
+	code := int(i)
+	return &code
 }
 
 func boundedText(o *object, key string, limit int, prev *problem.Problem) (*string, *problem.Problem) {

@@ -80,6 +80,25 @@ func TestQueueOrderInGoIsTheQueueOrderInSQL(t *testing.T) {
 	}
 }
 
+// queue_order_reversed is queue_order backwards, at every level of it: runs that tie on
+// priority, on arrival, or on both, come out in exactly the reverse order.
+func TestQueueOrderReversedIsTheQueueOrderBackwards(t *testing.T) {
+	t.Parallel()
+	conn := rulesConn(t)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rows := make([]string, len(trickyIDs))
+	for i, id := range trickyIDs {
+		rows[i] = fmt.Sprintf("('%s', timestamptz '%s', %d)", id, base.Add(time.Duration(i%3)*time.Microsecond).Format(time.RFC3339Nano), []int{50, 10, 100}[i%5%3])
+	}
+	queued := `/* test */ SELECT r.run_id FROM (VALUES ` + strings.Join(rows, ", ") + `) r(run_id, created_at, queue_rank) ORDER BY `
+	forwards := strings1(t, conn, store.RuleSQL(queued+`{{queue_order r}}`))
+	backwards := strings1(t, conn, store.RuleSQL(queued+`{{queue_order_reversed r}}`))
+	slices.Reverse(backwards)
+	if !slices.Equal(forwards, backwards) {
+		t.Fatalf("queue order\n forwards:            %v\n reversed, backwards: %v", forwards, backwards)
+	}
+}
+
 func TestNeedKeyInGoIsNeedKeyInSQL(t *testing.T) {
 	t.Parallel()
 	conn := rulesConn(t)

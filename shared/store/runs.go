@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 
@@ -12,6 +11,7 @@ import (
 var (
 	getRunStmt     = stmt("get_run")
 	runHistoryStmt = stmt("run_history")
+	listRuns       = stmtToFill("list_runs")
 )
 
 // Viewer is who is reading: a run is visible to its owner and to admins; to anyone else it
@@ -84,60 +84,40 @@ type Cursor struct {
 	RunID           string
 }
 
-// listRunsSQL is a page of runs, newest first (%s: the filter), with the queue positions of
-// its QUEUED runs found once for the page: the queue_position of its first queued run, plus
-// each one's rank from there. (Found per run, a page of a hundred queued runs paid for a
-// hundred positions.) The filter is built per request: which index serves a page depends on it.
-const listRunsSQL = `/* runs: list */
-WITH page AS MATERIALIZED (
-    SELECT {{run_fields r}} FROM runs r%s
-    ORDER BY {{newest_first r}} LIMIT @limit
-), queued AS (
-    SELECT q.* FROM runs q WHERE q.run_id IN (SELECT run_id FROM page WHERE state = {{QUEUED}})
-), lo AS (
-    SELECT q.state, q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}} LIMIT 1
-), hi AS (
-    SELECT q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}}
-    OFFSET (SELECT count(*) - 1 FROM queued) LIMIT 1
-), ahead AS (
-    SELECT {{queue_position lo}} AS n FROM lo
-), ranked AS (
-    SELECT q.run_id, row_number() OVER (ORDER BY {{queue_order q}}) - 1 AS rank
-    FROM runs q, lo, hi
-    WHERE q.state = {{QUEUED}} AND NOT {{ahead q lo}} AND NOT {{ahead hi q}}
-)
-SELECT p.*, CASE WHEN p.state = {{QUEUED}} THEN (SELECT n FROM ahead) + k.rank END
-FROM page p LEFT JOIN ranked k ON k.run_id = p.run_id
-ORDER BY {{newest_first p}}`
-
-// listRunsByFilter keeps the list statement of each filter, built on first use.
+// listRunsByFilter keeps the list statement of each filter, written on first use.
 var listRunsByFilter sync.Map // filter → statement
 
-// ListRuns returns up to Limit runs after the cursor, and the cursor of the next page (nil at
-// the end).
-func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor, error) {
+// listFilter is a page's conditions on its runs, one listed_* fragment (runs.sql) for each
+// parameter given, and the arguments of the whole statement.
+func listFilter(p ListRunsParams) (string, named) {
 	var where []string
 	args := named{"limit": p.Limit + 1}
 	if !p.Viewer.Admin {
-		where, args["owner"] = append(where, "r.owner = @owner"), p.Viewer.Owner
+		where, args["owner"] = append(where, "{{listed_owner r}}"), p.Viewer.Owner
 	}
 	if p.State != "" {
-		where, args["state"] = append(where, "r.state = @state"), p.State
+		where, args["state"] = append(where, "{{listed_state r}}"), p.State
 	}
 	if p.Priority != nil {
-		where, args["priority"] = append(where, "r.priority = @priority::smallint"), *p.Priority
+		where, args["priority"] = append(where, "{{listed_priority r}}"), *p.Priority
 	}
 	if p.After != nil {
 		where = append(where, "{{listed_after r}}")
 		args["after_us"], args["after_id"] = p.After.CreatedAtMicros, p.After.RunID
 	}
-	filter := ""
-	if len(where) > 0 {
-		filter = ` WHERE ` + strings.Join(where, " AND ")
+	if len(where) == 0 {
+		return "true", args
 	}
+	return strings.Join(where, " AND "), args
+}
+
+// ListRuns returns up to Limit runs after the cursor, and the cursor of the next page (nil at
+// the end).
+func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor, error) {
+	filter, args := listFilter(p)
 	st, ok := listRunsByFilter.Load(filter)
 	if !ok {
-		st, _ = listRunsByFilter.LoadOrStore(filter, dynamic("list_runs", fmt.Sprintf(listRunsSQL, filter)))
+		st, _ = listRunsByFilter.LoadOrStore(filter, listRuns.fill(map[string]string{"filter": filter}))
 	}
 	list := st.(statement)
 	rows, err := list.query(ctx, s.pool, args)

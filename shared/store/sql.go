@@ -27,6 +27,11 @@ import (
 // package-level variable: a name, fragment or constant that does not exist panics there, so a
 // typo stops every function at start-up instead of failing one request in production.
 //
+// A statement whose text depends on the request declares the part that does as a slot:
+// "-- name: list_runs(filter)" leaves {{filter}} to its caller, who fetches it with stmtToFill
+// and writes the slot per use (fill), in the same fragments, expanded the same way; the rest
+// of the statement is expanded at init like any other.
+//
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
@@ -50,16 +55,61 @@ type statement struct {
 var (
 	sqlOnce      sync.Once
 	sqlByName    map[string]string
+	sqlSlots     map[string][]string // the slots of the statements that have any
 	sqlFragments map[string]fragment
 	sqlUsed      = map[string]bool{}
 	sqlMu        sync.Mutex
 )
 
-func loadSQL() { sqlByName, sqlFragments = mustLoadSQL(sqlFiles) }
+func loadSQL() { sqlByName, sqlSlots, sqlFragments = mustLoadSQL(sqlFiles) }
 
-// stmt is the statement called name. It panics when there is none: it is called from
-// package-level variables, so at init.
+// stmt is the statement called name. It panics when there is none, or when it has slots to
+// fill (stmtToFill): it is called from package-level variables, so at init.
 func stmt(name string) statement {
+	text := loaded(name)
+	if len(sqlSlots[name]) > 0 {
+		panic(fmt.Sprintf("store: statement %s has slots %v to fill: fetch it with stmtToFill", name, sqlSlots[name]))
+	}
+	return statement{name: name, sql: text}
+}
+
+// unfilled is a statement with slots its caller writes per use.
+type unfilled struct {
+	name  string
+	slots []string
+	sql   string // expanded, but for its slots
+}
+
+// stmtToFill is the statement called name, which has slots. It panics, at init, when there is
+// none or it has no slot.
+func stmtToFill(name string) unfilled {
+	text := loaded(name)
+	if len(sqlSlots[name]) == 0 {
+		panic(fmt.Sprintf("store: statement %s has no slot: fetch it with stmt", name))
+	}
+	return unfilled{name: name, slots: sqlSlots[name], sql: text}
+}
+
+// fill writes each slot's text (fragments and constants as anywhere else) and expands it. It
+// panics when a slot is left out or a name in the text does not exist.
+func (u unfilled) fill(values map[string]string) statement {
+	for _, slot := range u.slots {
+		if _, ok := values[slot]; !ok {
+			panic(fmt.Sprintf("store: statement %s: slot %s not filled", u.name, slot))
+		}
+	}
+	text := placeholderRE.ReplaceAllStringFunc(u.sql, func(ph string) string {
+		m := placeholderRE.FindStringSubmatch(ph)
+		if v, ok := values[m[1]]; ok && m[2] == "" {
+			return v
+		}
+		return ph
+	})
+	return dynamic(u.name, text)
+}
+
+// loaded is the expanded text of the statement called name, noted as used.
+func loaded(name string) string {
 	sqlOnce.Do(loadSQL)
 	text, ok := sqlByName[name]
 	if !ok {
@@ -68,7 +118,7 @@ func stmt(name string) statement {
 	sqlMu.Lock()
 	sqlUsed[name] = true
 	sqlMu.Unlock()
-	return statement{name: name, sql: text}
+	return text
 }
 
 var (
@@ -84,12 +134,12 @@ type fragment struct {
 	passedOn, qualified *regexp.Regexp
 }
 
-// mustLoadSQL reads every file, then expands every statement.
-func mustLoadSQL(files fs.FS) (map[string]string, map[string]fragment) {
-	statements, fragments, err := parseSQL(files)
+// mustLoadSQL reads every file, then expands every statement, leaving its slots as they are.
+func mustLoadSQL(files fs.FS) (map[string]string, map[string][]string, map[string]fragment) {
+	statements, slots, fragments, err := parseSQL(files)
 	if err == nil {
 		for name, text := range statements {
-			if statements[name], err = expand(text, fragments, 0); err != nil {
+			if statements[name], err = expand(text, fragments, slots[name], 0); err != nil {
 				err = fmt.Errorf("statement %s: %w", name, err)
 				break
 			}
@@ -98,20 +148,20 @@ func mustLoadSQL(files fs.FS) (map[string]string, map[string]fragment) {
 	if err != nil {
 		panic("store: sql/*.sql: " + err.Error())
 	}
-	return statements, fragments
+	return statements, slots, fragments
 }
 
-func parseSQL(files fs.FS) (map[string]string, map[string]fragment, error) {
-	statements, fragments := map[string]string{}, map[string]fragment{}
+func parseSQL(files fs.FS) (map[string]string, map[string][]string, map[string]fragment, error) {
+	statements, slots, fragments := map[string]string{}, map[string][]string{}, map[string]fragment{}
 	paths, err := fs.Glob(files, "sql/*.sql")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sort.Strings(paths)
 	for _, path := range paths {
 		b, err := fs.ReadFile(files, path)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		kind, name, params, body := "", "", "", []string{}
 		flush := func() error {
@@ -131,15 +181,18 @@ func parseSQL(files fs.FS) (map[string]string, map[string]fragment, error) {
 			if _, dup := fragments[name]; dup {
 				return fmt.Errorf("%s: %s defined twice", path, name)
 			}
-			if kind == "name" {
-				statements[name] = text
-				return nil
-			}
 			var ps []string
 			for _, p := range strings.Split(params, ",") {
 				if p = strings.TrimSpace(p); p != "" {
 					ps = append(ps, p)
 				}
+			}
+			if kind == "name" {
+				statements[name] = text
+				if len(ps) > 0 {
+					slots[name] = ps
+				}
+				return nil
 			}
 			f := fragment{params: ps, body: text}
 			if len(ps) > 0 {
@@ -152,7 +205,7 @@ func parseSQL(files fs.FS) (map[string]string, map[string]fragment, error) {
 		for _, line := range strings.Split(string(b), "\n") {
 			if m := headerRE.FindStringSubmatch(line); m != nil {
 				if err := flush(); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				kind, name, params, body = m[1], m[2], m[3], nil
 				continue
@@ -162,15 +215,15 @@ func parseSQL(files fs.FS) (map[string]string, map[string]fragment, error) {
 			}
 		}
 		if err := flush(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return statements, fragments, nil
+	return statements, slots, fragments, nil
 }
 
 // expand replaces every {{name args}} in text: a constant, or a fragment with its aliases
-// bound to the arguments.
-func expand(text string, fragments map[string]fragment, depth int) (string, error) {
+// bound to the arguments. A slot of the statement ({{filter}}) is left for its caller.
+func expand(text string, fragments map[string]fragment, slots []string, depth int) (string, error) {
 	if depth > 8 {
 		return "", fmt.Errorf("fragments nested too deep")
 	}
@@ -181,6 +234,9 @@ func expand(text string, fragments map[string]fragment, depth int) (string, erro
 		if v, ok := sqlConstants[name]; ok && len(args) == 0 {
 			return v
 		}
+		if slices.Contains(slots, name) && len(args) == 0 {
+			return ph
+		}
 		f, ok := fragments[name]
 		if !ok {
 			failed = fmt.Errorf("no fragment or constant %q", name)
@@ -190,7 +246,7 @@ func expand(text string, fragments map[string]fragment, depth int) (string, erro
 			failed = fmt.Errorf("%s takes %d alias(es), given %d", name, len(f.params), len(args))
 			return ph
 		}
-		inner, err := expand(bind(f, args), fragments, depth+1)
+		inner, err := expand(bind(f, args), fragments, nil, depth+1)
 		if err != nil {
 			failed = err
 		}
@@ -226,7 +282,7 @@ func bind(f fragment, args []string) string {
 // ones are, so that it uses the same fragments; it panics on a name that does not exist.
 func dynamic(name, text string) statement {
 	sqlOnce.Do(loadSQL)
-	text, err := expand(text, sqlFragments, 0)
+	text, err := expand(text, sqlFragments, nil, 0)
 	if err != nil {
 		panic(fmt.Sprintf("store: statement %s: %v", name, err))
 	}

@@ -28,18 +28,40 @@ r.created_at, r.run_id
 -- A reader's comment, dropped.
 /* one */
 SELECT 1 FROM runs x WHERE {{before x @head}} AND x.state = {{QUEUED}} ORDER BY {{order x}}
+
+-- name: two(where)
+/* two */
+SELECT 1 FROM runs x WHERE {{where}} ORDER BY {{order x}}
 `)}}
-	statements, _ := mustLoadSQL(files)
+	statements, slots, _ := mustLoadSQL(files)
 	want := `/* one */
 SELECT 1 FROM runs x WHERE (x.created_at, x.run_id) < (@head_created_at, @head_run_id) AND x.state = 'QUEUED' ORDER BY x.created_at, x.run_id`
 	if got := statements["one"]; got != want {
 		t.Fatalf("expanded:\n%s\nwant:\n%s", got, want)
 	}
+	// A slot is left for the caller, and filled with text expanded like the rest.
+	two := unfilled{name: "two", slots: slots["two"], sql: statements["two"]}
+	if want := "/* two */\nSELECT 1 FROM runs x WHERE {{where}} ORDER BY x.created_at, x.run_id"; two.sql != want || len(two.slots) != 1 {
+		t.Fatalf("expanded with its slots %v:\n%s\nwant:\n%s", two.slots, two.sql, want)
+	}
+	if got, want := two.fill(map[string]string{"where": "x.state = {{QUEUED}}"}).sql,
+		"/* two */\nSELECT 1 FROM runs x WHERE x.state = 'QUEUED' ORDER BY x.created_at, x.run_id"; got != want {
+		t.Fatalf("filled:\n%s\nwant:\n%s", got, want)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(r.(string), "slot where not filled") {
+				t.Errorf("a slot left out: filled, or panicked without saying which: %v", r)
+			}
+		}()
+		two.fill(map[string]string{})
+	}()
 	for name, text := range map[string]string{
 		"unknown fragment": "-- name: s\n/* s */ SELECT {{nope}}",
 		"wrong arity":      "-- fragment: f(a)\na.x\n-- name: s\n/* s */ SELECT {{f}}",
 		"no tag":           "-- name: s\nSELECT 1",
 		"twice":            "-- name: s\n/* s */ SELECT 1\n-- name: s\n/* s */ SELECT 2",
+		"undeclared slot":  "-- name: s(a)\n/* s */ SELECT {{a}}, {{b}}",
 	} {
 		func() {
 			defer func() {
@@ -49,5 +71,29 @@ SELECT 1 FROM runs x WHERE (x.created_at, x.run_id) < (@head_created_at, @head_r
 			}()
 			mustLoadSQL(fstest.MapFS{"sql/a.sql": {Data: []byte(text)}})
 		}()
+	}
+}
+
+// Every filter a page of GET /v1/runs may have writes a whole statement: each combination of
+// the parameters, filled and expanded, leaves no placeholder behind.
+func TestEveryListFilterExpands(t *testing.T) {
+	t.Parallel()
+	seven, cursor := 7, &Cursor{CreatedAtMicros: 1, RunID: "r"}
+	for mask := range 16 {
+		p := ListRunsParams{Viewer: Viewer{Admin: mask&1 == 0, Owner: "client:a"}, Limit: 10}
+		if mask&2 != 0 {
+			p.State = Queued
+		}
+		if mask&4 != 0 {
+			p.Priority = &seven
+		}
+		if mask&8 != 0 {
+			p.After = cursor
+		}
+		filter, args := listFilter(p)
+		st := listRuns.fill(map[string]string{"filter": filter})
+		if strings.Contains(st.sql, "{{") || !strings.Contains(st.sql, "WHERE "+dynamic("filter", filter).sql+"\n") {
+			t.Errorf("filter %q (%d arguments) wrote:\n%s", filter, len(args), st.sql)
+		}
 	}
 }

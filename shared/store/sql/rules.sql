@@ -8,6 +8,11 @@
 -- wake takes protected runs before it (see protected).
 r.queue_rank, r.created_at, r.run_id
 
+-- fragment: queue_order_reversed(r)
+-- queue_order backwards, the last queued run first: how a statement reads the last of a set of
+-- queued runs without counting them (TestQueueOrderReversedIsTheQueueOrderBackwards).
+r.queue_rank DESC, r.created_at DESC, r.run_id DESC
+
 -- fragment: arrival(r)
 -- Arrival order: how protected runs are taken among themselves, and what "oldest" means.
 r.created_at, r.run_id

@@ -31,9 +31,53 @@ r.wait_for_capacity, r.metadata,
 -- The order runs are listed in (GET /v1/runs).
 r.created_at DESC, r.run_id DESC
 
+-- The conditions a page of GET /v1/runs may have on its runs r, one per parameter given
+-- (listFilter, runs.go, writes them into list_runs' filter).
+
+-- fragment: listed_owner(r)
+-- r is the client's own (@owner); an admin's page names no owner.
+r.owner = @owner
+
+-- fragment: listed_state(r)
+r.state = @state
+
+-- fragment: listed_priority(r)
+r.priority = @priority::smallint
+
 -- fragment: listed_after(r)
 -- r comes after the cursor (@after_us, @after_id: the last run of the page before) in that order.
 (r.created_at, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_id::text)
+
+-- name: list_runs(filter)
+-- A page of runs, newest first, with the queue positions of its QUEUED runs found once for
+-- the page: the queue_position of its first queued run in queue order (lo), plus each one's
+-- rank from there among every queued run up to its last (hi). (Found per run, a page of a
+-- hundred queued runs paid for a hundred positions.) A page with no queued run has no lo and
+-- no hi, and ranks nothing. hi is the first by the reverse order rather than the one at OFFSET
+-- count - 1: that offset is -1 on such a page, an error whenever the plan reads hi before it
+-- finds lo empty, which a change of statistics alone decides.
+-- {{filter}} is the page's conditions on r, ANDed (listFilter, runs.go), "true" for none:
+-- which index serves a page depends on which it has, so each set is a statement of its own.
+/* runs: list */
+WITH page AS MATERIALIZED (
+    SELECT {{run_fields r}} FROM runs r WHERE {{filter}}
+    ORDER BY {{newest_first r}} LIMIT @limit
+), queued AS (
+    SELECT q.* FROM runs q WHERE q.run_id IN (SELECT run_id FROM page WHERE state = {{QUEUED}})
+), lo AS (
+    SELECT q.state, q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order q}} LIMIT 1
+), hi AS (
+    SELECT q.queue_rank, q.created_at, q.run_id FROM queued q ORDER BY {{queue_order_reversed q}} LIMIT 1
+), ahead AS (
+    SELECT {{queue_position lo}} AS n FROM lo
+), ranked AS (
+    SELECT q.run_id, row_number() OVER (ORDER BY {{queue_order q}}) - 1 AS rank
+    FROM runs q, lo, hi
+    WHERE q.state = {{QUEUED}} AND NOT {{ahead q lo}} AND NOT {{ahead hi q}}
+)
+SELECT p.*, CASE WHEN p.state = {{QUEUED}} THEN (SELECT n FROM ahead) + k.rank END
+FROM page p LEFT JOIN ranked k ON k.run_id = p.run_id
+ORDER BY {{newest_first p}}
 
 -- name: get_run
 /* runs: get */
