@@ -5,17 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"mediator/cmd/mediator/agent"
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
-
-// nodeIDPattern is an id's shape, as the API takes it.
-var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 func agentCommand(a *app) *cobra.Command {
 	var (
@@ -89,8 +86,8 @@ without stopping the agent.`,
 				}
 				cfg.NodeID = host
 			}
-			if !nodeIDPattern.MatchString(cfg.NodeID) {
-				return usagef("--node-id %q is not an id (%s)", cfg.NodeID, nodeIDPattern)
+			if !wire.IDPattern.MatchString(cfg.NodeID) {
+				return usagef("--node-id %q is not an id (%s)", cfg.NodeID, wire.IDPattern)
 			}
 			if cfg.CancelGrace <= 0 {
 				return usagef("--cancel-grace must be positive")

@@ -27,6 +27,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/client"
 	"mediator/shared/config"
+	"mediator/shared/wire"
 )
 
 // These tests run real `mediator agent` processes against the real handlers on PostgreSQL,
@@ -415,7 +416,7 @@ func TestAgentCancelKillsTheProcessGroup(t *testing.T) {
 				t.Fatalf("SIGKILL after the grace: %v, want %v", killed, tc.killed)
 			}
 			r := getRun(t, base, "c").Run
-			if r.State != client.Cancelled || step(t, r, "s").State != client.Cancelled {
+			if r.State != wire.Cancelled || step(t, r, "s").State != wire.Cancelled {
 				t.Fatalf("run %s, step %s", r.State, step(t, r, "s").State)
 			}
 		})
@@ -447,7 +448,7 @@ func TestAgentFailsStepsSayingWhy(t *testing.T) {
 		n.waitFor("step reported", "run", tc.run, "status", "failed")
 		r := getRun(t, base, tc.run).Run
 		s := step(t, r, "s")
-		if r.State != client.Failed || s.State != client.Failed {
+		if r.State != wire.Failed || s.State != wire.Failed {
 			t.Fatalf("%s: run %s, step %s", tc.run, r.State, s.State)
 		}
 		if (tc.code < 0) != (s.ExitCode == nil) || (s.ExitCode != nil && *s.ExitCode != tc.code) {
@@ -582,21 +583,21 @@ func TestAgentDropsTheWorkBeforeItsLeaseExpires(t *testing.T) {
 	// The reaper sees the lease expire when it does: this polls it, the deadline a failure
 	// detector.
 	deadline := time.Now().Add(patience)
-	for env.State("first") == client.Running {
+	for env.State("first") == wire.Running {
 		if time.Now().After(deadline) {
 			t.Fatal("the reaper never released the lease of first")
 		}
 		env.Reap()
 		time.Sleep(100 * time.Millisecond)
 	}
-	if r := getRun(t, base, "first").Run; r.State != client.Failed || r.ReasonText() != "lease_expired" {
+	if r := getRun(t, base, "first").Run; r.State != wire.Failed || r.ReasonText() != "lease_expired" {
 		t.Fatalf("first: %s %s", r.State, r.ReasonText())
 	}
 
 	px.setCut(false)
 	cut.waitFor("step reported", "run", "second", "status", "succeeded")
 	r := getRun(t, base, "second").Run
-	if r.State != client.Succeeded || !strings.Contains(text(step(t, r, "s").Message), "first is gone") {
+	if r.State != wire.Succeeded || !strings.Contains(text(step(t, r, "s").Message), "first is gone") {
 		t.Fatalf("second: %s %q", r.State, text(step(t, r, "s").Message))
 	}
 }
@@ -630,7 +631,7 @@ func TestAgentReportsWhatItDroppedWhenTheLeaseComesBack(t *testing.T) {
 			if retries == 0 {
 				n.waitFor("step reported", "run", "g", "status", "failed")
 				r := getRun(t, base, "g").Run
-				if s := step(t, r, "s"); r.State != client.Failed || s.State != client.Failed || text(s.Message) != "lease_lost" || s.ExitCode == nil || *s.ExitCode != 137 {
+				if s := step(t, r, "s"); r.State != wire.Failed || s.State != wire.Failed || text(s.Message) != "lease_lost" || s.ExitCode == nil || *s.ExitCode != 137 {
 					t.Fatalf("g: %s, the step %s %q exit %v", r.State, s.State, text(s.Message), s.ExitCode)
 				}
 				return
@@ -645,7 +646,7 @@ func TestAgentReportsWhatItDroppedWhenTheLeaseComesBack(t *testing.T) {
 				t.Fatal("the lease came back as another")
 			}
 			r := getRun(t, base, "g").Run
-			if s := step(t, r, "s"); r.State != client.Succeeded || s.Tries != 2 || !strings.Contains(text(s.Message), "second try") {
+			if s := step(t, r, "s"); r.State != wire.Succeeded || s.Tries != 2 || !strings.Contains(text(s.Message), "second try") {
 				t.Fatalf("g: %s, step tried %d: %q", r.State, s.Tries, text(s.Message))
 			}
 		})
@@ -760,7 +761,7 @@ func TestAgentRestartKillsThePreviousBootsSteps(t *testing.T) {
 		t.Fatalf("the previous boot's steps were killed at record %d, the first heartbeat answered at %d", k, l)
 	}
 	d := getRun(t, base, "rs")
-	if d.Run.State != client.Succeeded || d.Run.Attempt != 2 || !strings.Contains(text(step(t, d.Run, "s").Message), "attempt 2") {
+	if d.Run.State != wire.Succeeded || d.Run.Attempt != 2 || !strings.Contains(text(step(t, d.Run, "s").Message), "attempt 2") {
 		t.Fatalf("rs: %s attempt %d", d.Run.State, d.Run.Attempt)
 	}
 	if !slices.ContainsFunc(d.History, func(e client.Event) bool { return e.Reason != nil && *e.Reason == "node_restarted" }) {
@@ -790,10 +791,10 @@ func TestAgentDrainsOnSIGTERM(t *testing.T) {
 	if code := n.wait(); code != 0 {
 		t.Fatalf("the drained agent exited %d", code)
 	}
-	if r := getRun(t, base, "busy").Run; r.State != client.Succeeded || !strings.Contains(text(step(t, r, "s").Message), "told finish") {
+	if r := getRun(t, base, "busy").Run; r.State != wire.Succeeded || !strings.Contains(text(step(t, r, "s").Message), "told finish") {
 		t.Fatalf("busy: %s", r.State)
 	}
-	if r := getRun(t, base, "later").Run; r.State != client.Queued {
+	if r := getRun(t, base, "later").Run; r.State != wire.Queued {
 		t.Fatalf("later: %s, want QUEUED: nothing new goes to a draining node", r.State)
 	}
 	if n.index("lease taken", "run", "later") >= 0 {
@@ -824,7 +825,7 @@ func TestAgentSecondSignalCancelsTheSteps(t *testing.T) {
 		}
 	}
 	s := step(t, getRun(t, base, "long").Run, "s")
-	if s.State != client.Cancelled || !strings.Contains(text(s.Message), "the agent on node s-1 was stopped") {
+	if s.State != wire.Cancelled || !strings.Contains(text(s.Message), "the agent on node s-1 was stopped") {
 		t.Fatalf("the step: %s %q", s.State, text(s.Message))
 	}
 }
@@ -854,7 +855,7 @@ func TestAgentHonoursAnAdminsDrain(t *testing.T) {
 	if !n.running() {
 		t.Fatal("the agent exited on an admin's drain")
 	}
-	if r := getRun(t, base, "held").Run; r.State != client.Succeeded {
+	if r := getRun(t, base, "held").Run; r.State != wire.Succeeded {
 		t.Fatalf("held: %s", r.State)
 	}
 }

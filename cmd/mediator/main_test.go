@@ -23,6 +23,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/localdev/fleet"
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // bin is the mediator binary these tests run, built once for the test binary.
@@ -542,10 +543,10 @@ func TestTextFromTheAPIIsShownEscaped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	report(client.ReportRequest{Status: client.Started})
+	report(client.ReportRequest{Status: wire.ReportStarted})
 	expect(t, mediator(t, base, "", "cancel", "esc", "--reason", reason), 0, "cancel requested")
 	exit, msg := 3, message
-	report(client.ReportRequest{Status: client.ReportFailed, ExitCode: &exit, Message: &msg})
+	report(client.ReportRequest{Status: wire.ReportFailed, ExitCode: &exit, Message: &msg})
 	// The API refuses such a label in a heartbeat; written where the API reads labels from, it
 	// stands for a server that sends one: the CLI escapes what it is sent, whatever was checked.
 	env.Exec(`UPDATE nodes SET labels = $1 WHERE node_id = 'n1'`, []string{"board=rpi4", label})

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // colour reports whether output to a terminal may be coloured: never with NO_COLOR set (to
@@ -36,15 +37,15 @@ func paint(code, s string) string { return "\x1b[" + code + "m" + s + "\x1b[0m" 
 // stateColour is the colour of a run, step or node state.
 func stateColour(state string) string {
 	switch state {
-	case client.Succeeded, "idle", "yes":
+	case wire.Succeeded, wire.NodeIdle, "yes":
 		return green
-	case client.Failed, "offline", "no":
+	case wire.Failed, wire.NodeOffline, "no":
 		return red
-	case client.Cancelled, "draining":
+	case wire.Cancelled, wire.NodeDraining:
 		return yellow
-	case client.Running, "leased":
+	case wire.Running, wire.NodeLeased:
 		return cyan
-	case client.Skipped:
+	case wire.Skipped:
 		return dimGrey
 	}
 	return plain

@@ -13,9 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
-
-var runStates = []string{client.Queued, client.Running, client.Succeeded, client.Failed, client.Cancelled}
 
 func runsCommand(a *app) *cobra.Command {
 	var p client.ListRunsParams
@@ -31,8 +30,8 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p.State = strings.ToUpper(p.State)
-			if p.State != "" && !slices.Contains(runStates, p.State) {
-				return usagef("--state must be one of %s", strings.Join(runStates, ", "))
+			if p.State != "" && !slices.Contains(wire.RunStates, p.State) {
+				return usagef("--state must be one of %s", strings.Join(wire.RunStates, ", "))
 			}
 			if p.Limit < 0 || p.Limit > 100 {
 				return usagef("--limit must be from 1 to 100")
@@ -65,7 +64,7 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&p.State, "state", "", "only runs in this state ("+strings.Join(runStates, ", ")+")")
+	f.StringVar(&p.State, "state", "", "only runs in this state ("+strings.Join(wire.RunStates, ", ")+")")
 	f.IntVar(&priority, "priority", 0, "only runs of this priority (0 to 100)")
 	f.IntVar(&p.Limit, "limit", 0, "runs per page (1 to 100; the API's default is 20)")
 	f.StringVar(&p.After, "after", "", "start after this cursor (the next page of an earlier listing)")
@@ -108,9 +107,9 @@ func (a *app) printRuns(pages []*client.RunPage) {
 	for _, p := range pages {
 		for _, r := range p.Runs {
 			where := roles(r.Assigned)
-			if r.State == client.Queued {
+			if r.State == wire.Queued {
 				where = "queue position " + position(r)
-			} else if client.Finished(r.State) {
+			} else if wire.Final(r.State) {
 				where = ""
 			}
 			t.add(r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
@@ -156,7 +155,7 @@ func (a *app) printRun(d *client.RunDetail) {
 	w, r, now := a.stdout, d.Run, a.now()
 	colour := a.colour(a.stdoutTTY)
 	fmt.Fprintf(w, "run %s: %s", visible(r.RunID), colourState(colour, r.State)+reasonSuffix(r))
-	if r.State == client.Queued {
+	if r.State == wire.Queued {
 		fmt.Fprintf(w, " at queue position %s", position(r))
 	}
 	fmt.Fprintf(w, " (attempt %d of %d)\n", r.Attempt, r.MaxAttempts)
@@ -293,7 +292,7 @@ then arrival. Raised, the run may be placed at once; a run no longer queued is r
 				return nil
 			}
 			st := colourState(a.colour(a.stdoutTTY), r.Run.State)
-			if r.Run.State == client.Queued {
+			if r.Run.State == wire.Queued {
 				st += " at queue position " + position(r.Run)
 			}
 			fmt.Fprintf(a.stdout, "run %s: priority %d, %s\n", visible(r.Run.RunID), r.Run.Priority, st)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 func submitCommand(a *app) *cobra.Command {
@@ -140,9 +141,9 @@ func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry
 // outcome is the exit code of a run that ended.
 func outcome(state string) int {
 	switch state {
-	case client.Succeeded:
+	case wire.Succeeded:
 		return exitOK
-	case client.Cancelled:
+	case wire.Cancelled:
 		return exitCancelled
 	}
 	return exitFailed
@@ -187,7 +188,7 @@ func (a *app) printSubmitted(s *client.Submitted) {
 	default:
 		fmt.Fprintf(w, "run %s: %s (200: submitted before with this same request; the run as it stands)\n",
 			id, st+reasonSuffix(r))
-		if r.State == client.Queued {
+		if r.State == wire.Queued {
 			fmt.Fprintf(w, "  queue position %s\n", position(r))
 		}
 	}
@@ -232,26 +233,26 @@ func (a *app) dryRun(ctx context.Context, api *client.Client, body []byte) error
 	} else {
 		w := a.stdout
 		switch v.Verdict {
-		case client.Placeable:
+		case wire.Placeable:
 			fmt.Fprintln(w, "dry run: placeable: a submit now would be placed")
 			for _, role := range slices.Sorted(maps.Keys(v.Assigned)) {
 				fmt.Fprintf(w, "  %s → %s\n", visible(role), visible(v.Assigned[role]))
 			}
-		case client.Busy:
+		case wire.Busy:
 			fmt.Fprintln(w, "dry run: busy: nodes of the fleet could serve it, but not now; a submit would queue")
-		case client.Impossible:
+		case wire.Impossible:
 			fmt.Fprintln(w, "dry run: impossible: no node of the fleet could ever serve it")
 			for _, l := range unmetLines(v.Unmet) {
 				fmt.Fprintf(w, "  %s\n", l)
 			}
-		case client.TooWide:
+		case wire.TooWide:
 			fmt.Fprintf(w, "dry run: too_wide: %d roles is more than the API allows in one run\n", v.Width)
 		default:
 			fmt.Fprintf(w, "dry run: %s\n", visible(v.Verdict))
 		}
 	}
 	switch v.Verdict {
-	case client.Placeable, client.Busy:
+	case wire.Placeable, wire.Busy:
 		return nil
 	}
 	return exitWith(exitFailed)

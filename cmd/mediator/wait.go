@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // How --wait polls: the API has no push, so the run is read again soon after it changed and
@@ -41,7 +42,7 @@ func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*
 		defer t.Stop()
 		tick = t.C
 	}
-	for !client.Finished(run.State) {
+	for !wire.Final(run.State) {
 		select {
 		case <-ctx.Done():
 			s.end()
@@ -129,13 +130,13 @@ func (s *status) end() {
 func describe(r client.Run, colour bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "run %s: %s", visible(r.RunID), colourState(colour, r.State)+reasonSuffix(r))
-	if r.State == client.Running && len(r.Assigned) > 0 {
+	if r.State == wire.Running && len(r.Assigned) > 0 {
 		b.WriteString(" on " + roles(r.Assigned))
 	}
-	if r.State == client.Running && r.CancelRequestedAt != nil {
+	if r.State == wire.Running && r.CancelRequestedAt != nil {
 		b.WriteString(", cancelling")
 	}
-	if r.State == client.Queued {
+	if r.State == wire.Queued {
 		b.WriteString(" · position " + position(r))
 	}
 	fmt.Fprintf(&b, " · steps %d/%d", r.StepsDone(), len(r.Steps))
@@ -150,7 +151,7 @@ func describe(r client.Run, colour bool) string {
 func (a *app) printEnding(r client.Run) {
 	w := a.stdout
 	for _, st := range r.Steps {
-		if st.State != client.Failed {
+		if st.State != wire.Failed {
 			continue
 		}
 		line := fmt.Sprintf("  step %s failed", visible(st.ID))
@@ -162,7 +163,7 @@ func (a *app) printEnding(r client.Run) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if r.State == client.Cancelled && r.CancelReason != nil && *r.CancelReason != "" {
+	if r.State == wire.Cancelled && r.CancelReason != nil && *r.CancelReason != "" {
 		fmt.Fprintf(w, "  cancelled: %s\n", visible(*r.CancelReason))
 	}
 }

@@ -26,10 +26,10 @@ import (
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
 	"mediator/shared/publish"
-	requests "mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
+	"mediator/shared/wire"
 )
 
 // Principals for tests.
@@ -267,7 +267,7 @@ func (e *Env) Count(sql string, args ...any) int {
 // Heartbeat advertises a node through the store (labels sorted by the caller).
 func (e *Env) Heartbeat(nodeID, bootID string, draining bool, labels ...string) store.HeartbeatResult {
 	e.T.Helper()
-	res, err := e.Store.Heartbeat(context.Background(), store.HeartbeatParams{
+	res, err := e.Store.Heartbeat(context.Background(), wire.Heartbeat{
 		NodeID: nodeID, BootID: bootID, Labels: append([]string{}, labels...), Draining: draining,
 	})
 	if err != nil {
@@ -277,17 +277,17 @@ func (e *Env) Heartbeat(nodeID, bootID string, draining bool, labels ...string) 
 }
 
 // NewRun is a one-role run ("main") with one step, needing labels.
-func NewRun(id string, needs ...string) store.NewRun {
-	return store.NewRun{
-		RunID: id, Owner: "client:t", RequestHash: []byte(id), MaxAttempts: 1, Priority: requests.DefaultPriority,
-		Roles:    []store.NewRole{{Name: "main", Needs: append([]string{}, needs...)}},
-		Steps:    []store.NewStep{{ID: "s1", Role: "main", After: []string{}, Spec: []byte(`{}`)}},
+func NewRun(id string, needs ...string) wire.NewRun {
+	return wire.NewRun{
+		RunID: id, Owner: "client:t", RequestHash: []byte(id), MaxAttempts: 1, Priority: wire.DefaultPriority,
+		Roles:    []wire.NewRole{{Name: "main", Needs: append([]string{}, needs...)}},
+		Steps:    []wire.NewStep{{ID: "s1", Role: "main", After: []string{}, Spec: []byte(`{}`)}},
 		Metadata: []byte(`{}`),
 	}
 }
 
 // Submit stores a run through the store, failing the test on error.
-func (e *Env) Submit(run store.NewRun) store.SubmitResult {
+func (e *Env) Submit(run wire.NewRun) store.SubmitResult {
 	e.T.Helper()
 	res, err := e.Store.Submit(context.Background(), run)
 	if err != nil {
@@ -343,7 +343,7 @@ type Beat struct {
 func (e *Env) Report(node, boot string, epoch int64, runID, stepID, status string) Response {
 	e.T.Helper()
 	report := map[string]any{"node_id": node, "boot_id": boot, "epoch": epoch, "status": status}
-	if status != store.ReportStarted {
+	if status != wire.ReportStarted {
 		report["exit_code"] = 0
 	}
 	return e.Do(Node(node), "POST", "/v1/runs/"+runID+"/steps/"+stepID+"/result", report)
@@ -368,7 +368,7 @@ func (e *Env) Finish(node, boot, runID, status string) {
 			if !st.Runnable || st.RunID != runID {
 				continue
 			}
-			if r := e.Report(node, boot, beat.Lease.Epoch, st.RunID, st.StepID, "started"); r.Status != 200 {
+			if r := e.Report(node, boot, beat.Lease.Epoch, st.RunID, st.StepID, wire.ReportStarted); r.Status != 200 {
 				e.T.Fatalf("%s started %s: %s", node, st.StepID, r)
 			}
 			if r := e.Report(node, boot, beat.Lease.Epoch, st.RunID, st.StepID, status); r.Status != 200 {

@@ -18,6 +18,7 @@ import (
 	"mediator/localdev/testdb"
 	"mediator/migrations"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 var functions = []string{"submit", "query", "nodes", "result", "cancel", "reap", "migrate"}
@@ -203,13 +204,13 @@ func TestDeployThenPlaceQueuePromoteRefuseUnderTheEmulator(t *testing.T) {
 			"run_id": id, "needs": []string{needs}, "steps": []map[string]any{{"id": "test"}}})))
 		return code, runState(t, body)
 	}
-	if code, a := submit("a", "board=rpi4"); code != 201 || a.State != store.Running || a.Assigned["main"] != "rpi-a" {
+	if code, a := submit("a", "board=rpi4"); code != 201 || a.State != wire.Running || a.Assigned["main"] != "rpi-a" {
 		t.Fatalf("submit a: %d %+v", code, a)
 	}
-	if code, b := submit("b", "board=rpi4"); code != 202 || b.State != store.Queued {
+	if code, b := submit("b", "board=rpi4"); code != 202 || b.State != wire.Queued {
 		t.Fatalf("submit b: %d %+v", code, b)
 	}
-	if code, body := s.call("query", event(t, "query", onRun("b", nil))); code != 200 || runState(t, body).State != store.Queued {
+	if code, body := s.call("query", event(t, "query", onRun("b", nil))); code != 200 || runState(t, body).State != wire.Queued {
 		t.Fatalf("status b: %d %s", code, body)
 	}
 	_, beat := s.call("nodes", event(t, "nodes", nil))
@@ -226,13 +227,13 @@ func TestDeployThenPlaceQueuePromoteRefuseUnderTheEmulator(t *testing.T) {
 			t.Fatalf("a %s: %d %s", status, code, body)
 		}
 	}
-	if _, body := s.call("query", event(t, "query", onRun("a", nil))); runState(t, body).State != store.Succeeded {
+	if _, body := s.call("query", event(t, "query", onRun("a", nil))); runState(t, body).State != wire.Succeeded {
 		t.Fatalf("a: %s", body)
 	}
-	if _, body := s.call("query", event(t, "query", onRun("b", nil))); runState(t, body).State != store.Running || runState(t, body).Assigned["main"] != "rpi-a" {
+	if _, body := s.call("query", event(t, "query", onRun("b", nil))); runState(t, body).State != wire.Running || runState(t, body).Assigned["main"] != "rpi-a" {
 		t.Fatalf("b after a finished: %s", body)
 	}
-	if code, c := submit("c", "gpu"); code != 422 || c.State != store.Failed {
+	if code, c := submit("c", "gpu"); code != 422 || c.State != wire.Failed {
 		t.Fatalf("submit c: %d %+v", code, c)
 	}
 	if code, body := s.call("cancel", event(t, "cancel", onRun("b", map[string]any{"reason": "done"}))); code != 202 && code != 200 {
@@ -321,10 +322,10 @@ func TestDeployedArm64BootstrapsUnderTheEmulator(t *testing.T) {
 	}
 	code, body = s.call("submit", event(t, "submit", withBody(map[string]any{
 		"run_id": "a", "needs": []string{"board=rpi4"}, "steps": []map[string]any{{"id": "test"}}})))
-	if a := runState(t, body); code != 201 || a.State != store.Running || a.Assigned["main"] != "rpi-a" {
+	if a := runState(t, body); code != 201 || a.State != wire.Running || a.Assigned["main"] != "rpi-a" {
 		t.Fatalf("submit a: %d %s", code, body)
 	}
-	if code, body := s.call("query", event(t, "query", onRun("a", nil))); code != 200 || runState(t, body).State != store.Running {
+	if code, body := s.call("query", event(t, "query", onRun("a", nil))); code != 200 || runState(t, body).State != wire.Running {
 		t.Fatalf("status a: %d %s", code, body)
 	}
 	// Result (with the epoch of the lease a heartbeat reports), cancel and reap serve one call

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // DefaultInterval is how often a Node heartbeats when Interval is zero: far faster than the
@@ -152,7 +153,7 @@ func (n *Node) step(ctx context.Context, a assignment, s Step) ([]Step, bool) {
 		n.cancelled(ctx, a, s)
 		return nil, false
 	}
-	if _, err := n.report(ctx, a, s, client.Started, 0); err != nil {
+	if _, err := n.report(ctx, a, s, wire.ReportStarted, 0); err != nil {
 		n.drop(ctx, name, err)
 		return nil, false
 	}
@@ -170,7 +171,7 @@ func (n *Node) step(ctx context.Context, a assignment, s Step) ([]Step, bool) {
 		return nil, false
 	}
 	if sp.ExitCode != 0 {
-		rep, err := n.report(ctx, a, s, client.ReportFailed, sp.ExitCode)
+		rep, err := n.report(ctx, a, s, wire.ReportFailed, sp.ExitCode)
 		if err != nil {
 			n.drop(ctx, name, err)
 			return nil, false
@@ -178,7 +179,7 @@ func (n *Node) step(ctx context.Context, a assignment, s Step) ([]Step, bool) {
 		n.logf("%s failed (exit %d) -> run %s", name, sp.ExitCode, rep.RunState)
 		return rep.Next, true
 	}
-	rep, err := n.report(ctx, a, s, client.ReportSucceeded, 0)
+	rep, err := n.report(ctx, a, s, wire.ReportSucceeded, 0)
 	if err != nil {
 		n.drop(ctx, name, err)
 		return nil, false
@@ -245,7 +246,7 @@ func standing(hb *client.HeartbeatReply, a assignment, s Step) (holdResult, bool
 // cancelled acknowledges a cancel: the step stops at this safe point.
 func (n *Node) cancelled(ctx context.Context, a assignment, s Step) {
 	name := s.RunID + "/" + s.StepID
-	rep, err := n.report(ctx, a, s, client.ReportCancelled, 0)
+	rep, err := n.report(ctx, a, s, wire.ReportCancelled, 0)
 	if err != nil {
 		n.drop(ctx, name, err)
 		return
@@ -273,7 +274,7 @@ func (n *Node) drop(ctx context.Context, name string, err error) {
 func (n *Node) report(ctx context.Context, a assignment, s Step, status string, exitCode int) (*client.ReportReply, error) {
 	r := client.ReportRequest{NodeID: n.ID, BootID: a.boot, Epoch: a.epoch, Status: status}
 	switch status {
-	case client.ReportSucceeded, client.ReportFailed:
+	case wire.ReportSucceeded, wire.ReportFailed:
 		r.ExitCode = &exitCode
 	}
 	api, err := n.client()

@@ -12,6 +12,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // killer is a pgx tracer that, when armed, terminates its own connection's backend with
@@ -135,7 +136,7 @@ func TestConnectionLostAfterSubmitCommitted(t *testing.T) {
 	k.arm("/* wake: start */", 2) // the first is the submit's own read of the queue
 	resp := env.Do(apitest.Client("c"), "POST", "/v1/runs", submitBody("r", "board"))
 	mustFire(t, k)
-	if resp.Status != 202 || env.State("r") != store.Queued {
+	if resp.Status != 202 || env.State("r") != wire.Queued {
 		t.Fatalf("submit whose wake lost its connection: %s", resp)
 	}
 	noPartialState(t, env)
@@ -187,11 +188,11 @@ func TestConnectionLostMidReport(t *testing.T) {
 	if resp.Status != 503 {
 		t.Fatalf("a report whose commit was lost: %s", resp)
 	}
-	if env.State("r") != store.Running || env.Count(`SELECT count(*) FROM steps WHERE state = 'RUNNING'`) != 1 {
+	if env.State("r") != wire.Running || env.Count(`SELECT count(*) FROM steps WHERE state = 'RUNNING'`) != 1 {
 		t.Fatal("part of a report that never committed was applied")
 	}
 	noPartialState(t, env)
-	if resp := env.Report("A", "b1", epoch, "r", "s1", "succeeded"); resp.Status != 200 || env.State("r") != store.Succeeded {
+	if resp := env.Report("A", "b1", epoch, "r", "s1", "succeeded"); resp.Status != 200 || env.State("r") != wire.Succeeded {
 		t.Fatalf("the retry: %s", resp)
 	}
 }
@@ -238,13 +239,13 @@ func TestWakeFailsAfterCommit(t *testing.T) {
 	k.arm("/* wake: promote */", 1) // the wake's first statement: it starts from the report's read
 	resp := env.Report("A", "b1", epoch, "a", "s1", "succeeded")
 	mustFire(t, k)
-	if resp.Status != 200 || env.State("a") != store.Succeeded {
+	if resp.Status != 200 || env.State("a") != wire.Succeeded {
 		t.Fatalf("a result whose wake failed: %s", resp)
 	}
-	if env.State("b") != store.Queued {
+	if env.State("b") != wire.Queued {
 		t.Fatal("setup: b was placed anyway")
 	}
-	if sum := env.Reap(); sum.Stranded != 1 || env.State("b") != store.Running {
+	if sum := env.Reap(); sum.Stranded != 1 || env.State("b") != wire.Running {
 		t.Fatalf("the next reap: %+v, b %s", sum, env.State("b"))
 	}
 	noPartialState(t, env)

@@ -18,6 +18,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/config"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 var long = flag.Bool("long", false, "run the long stress (make stress)")
@@ -391,7 +392,7 @@ func (a *agent) beat() {
 	for _, st := range beat.Steps {
 		if st.Runnable {
 			a.work(beat.Lease.Epoch, st)
-		} else if st.Cancel && st.State == store.Running {
+		} else if st.Cancel && st.State == wire.Running {
 			a.report(beat.Lease.Epoch, st, "cancelled", 200, 409)
 		}
 	}

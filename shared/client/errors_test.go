@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"mediator/shared/wire"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,7 +45,7 @@ func TestAProblemIsDecoded(t *testing.T) {
 		"run":{"run_id":"r","state":"SUCCEEDED","reason":null,"attempt":1,"max_attempts":1,"created_at":"2026-11-30T12:00:00Z","steps":[]}}`)
 	e := callError(t, base, func(c *Client) error { _, err := c.Cancel(context.Background(), "r", CancelRequest{}); return err })
 	if e.Status != 409 || e.Code != CodeRunNotLive || e.Title != "The run has already finished" || e.RequestID != "req-9" ||
-		e.Run == nil || e.Run.RunID != "r" || e.Run.State != Succeeded || e.Attempts != 1 {
+		e.Run == nil || e.Run.RunID != "r" || e.Run.State != wire.Succeeded || e.Attempts != 1 {
 		t.Fatalf("got %+v", e)
 	}
 	if !HasCode(e, CodeRunNotLive) || Unavailable(e) {

@@ -10,6 +10,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // stack is a test's Mediator — its own database, the real handlers behind the local gateway —
@@ -68,7 +69,7 @@ func TestAResubmitAfterADroppedConnectionGetsTheSameRun(t *testing.T) {
 	if submits.Load() != 2 || firstAnswer != http.StatusCreated {
 		t.Fatalf("%d submits, the first answered %d: want 2, the first 201", submits.Load(), firstAnswer)
 	}
-	if !s.Again() || s.Run.RunID != "r1" || s.Run.State != client.Running || s.Run.Assigned["main"] != "n1" {
+	if !s.Again() || s.Run.RunID != "r1" || s.Run.State != wire.Running || s.Run.Assigned["main"] != "n1" {
 		t.Fatalf("the retry got %d %+v, want 200 with r1 RUNNING on n1", s.Status, s.Run)
 	}
 	if n := env.Count(`SELECT count(*) FROM runs`); n != 1 {
@@ -98,11 +99,11 @@ func TestTheClientReadsTheRealAnswers(t *testing.T) {
 		t.Fatalf("a malformed run: %v", err)
 	}
 	v, err := api.DryRun(ctx, client.RunRequest{RunID: "a", Needs: []string{"board=rpi4"}, Steps: []client.StepRequest{{ID: "s"}}})
-	if err != nil || v.Verdict != client.Placeable || v.Assigned["main"] != "n1" {
+	if err != nil || v.Verdict != wire.Placeable || v.Assigned["main"] != "n1" {
 		t.Fatalf("dry run: %+v %v", v, err)
 	}
 	refused, err := api.Submit(ctx, client.RunRequest{RunID: "g", Needs: []string{"gpu"}, Steps: []client.StepRequest{{ID: "s"}}})
-	if err != nil || !refused.Refused() || refused.Run.State != client.Failed || len(refused.Unmet) != 1 || refused.Unmet[0].Needs[0] != "gpu" {
+	if err != nil || !refused.Refused() || refused.Run.State != wire.Failed || len(refused.Unmet) != 1 || refused.Unmet[0].Needs[0] != "gpu" {
 		t.Fatalf("a run no node could serve: %+v %v", refused, err)
 	}
 	placed, err := api.Submit(ctx, client.RunRequest{RunID: "a", Needs: []string{"board=rpi4"}, Steps: []client.StepRequest{{ID: "s"}}})
@@ -114,26 +115,26 @@ func TestTheClientReadsTheRealAnswers(t *testing.T) {
 		t.Fatalf("heartbeat with work: %+v %v", hb, err)
 	}
 	exit := 0
-	for _, status := range []string{client.Started, client.ReportSucceeded} {
+	for _, status := range []string{wire.ReportStarted, wire.ReportSucceeded} {
 		r := client.ReportRequest{NodeID: "n1", BootID: "b1", Epoch: hb.Lease.Epoch, Status: status}
-		if status == client.ReportSucceeded {
+		if status == wire.ReportSucceeded {
 			r.ExitCode = &exit
 		}
 		rep, err := node.Report(ctx, "a", "s", r)
 		if err != nil {
 			t.Fatalf("report %s: %v", status, err)
 		}
-		if status == client.ReportSucceeded && rep.RunState != client.Succeeded {
+		if status == wire.ReportSucceeded && rep.RunState != wire.Succeeded {
 			t.Fatalf("report: %+v", rep)
 		}
 	}
 	_, err = api.Cancel(ctx, "a", client.CancelRequest{Reason: "too late"})
 	var ended *client.Error
-	if !errors.As(err, &ended) || ended.Code != client.CodeRunNotLive || ended.Run == nil || ended.Run.State != client.Succeeded {
+	if !errors.As(err, &ended) || ended.Code != client.CodeRunNotLive || ended.Run == nil || ended.Run.State != wire.Succeeded {
 		t.Fatalf("cancelling a finished run: %v", err)
 	}
 	d, err := api.GetRun(ctx, "a")
-	if err != nil || d.Run.State != client.Succeeded || len(d.History) < 2 || d.Run.StepsDone() != 1 {
+	if err != nil || d.Run.State != wire.Succeeded || len(d.History) < 2 || d.Run.StepsDone() != 1 {
 		t.Fatalf("get: %+v %v", d, err)
 	}
 	page, err := api.ListRuns(ctx, client.ListRunsParams{Limit: 1})
@@ -180,7 +181,7 @@ func TestTheClientReadsTheRealAnswers(t *testing.T) {
 		t.Fatalf("a client changing a priority: %v", err)
 	}
 	raised, err := admin.SetPriority(ctx, "p", 90)
-	if err != nil || raised.Run.Priority != 90 || raised.Run.State != client.Queued {
+	if err != nil || raised.Run.Priority != 90 || raised.Run.State != wire.Queued {
 		t.Fatalf("priority: %+v %v", raised, err)
 	}
 	ninety := 90

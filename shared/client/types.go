@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"mediator/shared/wire"
 	"net/http"
 	"time"
 )
@@ -9,46 +10,6 @@ import (
 // The client decodes the wire format with types of its own rather than the store's: a program
 // that talks to Mediator over HTTP should not link the database layer, and a change to what
 // Mediator sends should show up here, where a client sees it.
-
-// Run states, as the API names them.
-const (
-	Queued    = "QUEUED"
-	Running   = "RUNNING"
-	Succeeded = "SUCCEEDED"
-	Failed    = "FAILED"
-	Cancelled = "CANCELLED"
-)
-
-// Step states beyond the run's.
-const (
-	Pending = "PENDING"
-	Skipped = "SKIPPED"
-)
-
-// Report statuses a node sends for a step.
-const (
-	Started         = "started"
-	ReportSucceeded = "succeeded"
-	ReportFailed    = "failed"
-	ReportCancelled = "cancelled"
-)
-
-// Dry-run verdicts.
-const (
-	Placeable  = "placeable"
-	Busy       = "busy"
-	Impossible = "impossible"
-	TooWide    = "too_wide"
-)
-
-// Finished reports whether a run or step state is final.
-func Finished(state string) bool {
-	switch state {
-	case Succeeded, Failed, Cancelled, Skipped:
-		return true
-	}
-	return false
-}
 
 // Reply is what every answer carries besides its fields: the HTTP status and the body exactly
 // as it was received, for callers that print or store the API's own JSON.
@@ -94,7 +55,7 @@ func (r Run) ReasonText() string {
 func (r Run) StepsDone() int {
 	n := 0
 	for _, s := range r.Steps {
-		if Finished(s.State) {
+		if wire.Final(s.State) {
 			n++
 		}
 	}

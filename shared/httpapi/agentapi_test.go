@@ -10,6 +10,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // pairRun: role dut's step "boot" reports an address; role host's step "measure" waits for it.
@@ -141,13 +142,13 @@ func TestAnAdminDrainHoldsUntilLifted(t *testing.T) {
 	}
 	r := env.Do(apitest.Admin, "POST", "/v1/nodes/A/drain", nil)
 	r.Decode(t, &drained)
-	if r.Status != 200 || !drained.Node.Draining || drained.Node.State != store.NodeDraining ||
+	if r.Status != 200 || !drained.Node.Draining || drained.Node.State != wire.NodeDraining ||
 		drained.Node.DrainRequestedBy == nil || *drained.Node.DrainRequestedBy != "admin:ops" {
 		t.Fatalf("drain: %s", r)
 	}
 	// The node's own heartbeat says it is not draining: the admin's drain stands.
 	_, beat := env.Beat("A", "b1", false, "board")
-	if !beat.Node.Draining || beat.Node.State != store.NodeDraining {
+	if !beat.Node.Draining || beat.Node.State != wire.NodeDraining {
 		t.Fatalf("the node's heartbeat lifted an admin's drain: %+v", beat.Node)
 	}
 	if r := env.Do(alice, "POST", "/v1/runs", oneNodeRun("r", "board")); r.Status != 202 {
@@ -158,7 +159,7 @@ func TestAnAdminDrainHoldsUntilLifted(t *testing.T) {
 	if r.Status != 200 || drained.Node.Draining || drained.Node.DrainRequestedBy != nil {
 		t.Fatalf("undrain: %s", r)
 	}
-	if env.State("r") != store.Running {
+	if env.State("r") != wire.Running {
 		t.Fatalf("r is %s once A's drain was lifted", env.State("r"))
 	}
 	env.CheckInvariants()

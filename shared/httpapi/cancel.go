@@ -8,6 +8,7 @@ import (
 	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Cancel serves the routes that change a live run from outside: POST /v1/runs/{run_id}/cancel,
@@ -42,7 +43,7 @@ func setPriority(c *call) (reply, error) {
 		return reply{}, err
 	}
 	c.afterCommit([]string{runID}, res.CapacityAppeared, store.WakeParams{})
-	if res.Run.State == store.Queued && res.CapacityAppeared {
+	if res.Run.State == wire.Queued && res.CapacityAppeared {
 		// The answer says where it stands now, its own wake included.
 		if now, err := c.d.Store.GetRun(c.ctx, runID, c.viewer()); err == nil {
 			res.Run = now

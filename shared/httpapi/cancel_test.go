@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"mediator/localdev/apitest"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 func TestCancel(t *testing.T) {
@@ -25,13 +25,13 @@ func TestCancel(t *testing.T) {
 	env.Report(onA, "boot-1", e, "running", "s1", "started")
 
 	if resp := env.Do(alice, "POST", "/v1/runs/queued/cancel", map[string]any{"reason": "changed my mind"}); resp.Status != 200 ||
-		getRun(t, env, "queued").State != store.Cancelled {
+		getRun(t, env, "queued").State != wire.Cancelled {
 		t.Fatalf("cancel queued: %s", resp)
 	}
 
 	resp := env.Do(alice, "POST", "/v1/runs/running/cancel", map[string]any{"reason": "stop"})
 	got := getRun(t, env, "running")
-	if resp.Status != 202 || got.State != store.Running || got.CancelRequestedAt == nil || got.Steps[1].State != store.Cancelled {
+	if resp.Status != 202 || got.State != wire.Running || got.CancelRequestedAt == nil || got.Steps[1].State != wire.Cancelled {
 		t.Fatalf("cancel running: %s", resp)
 	}
 	first := *got.CancelRequestedAt
@@ -45,7 +45,7 @@ func TestCancel(t *testing.T) {
 	if r := env.Report(onA, "boot-1", e, "running", "s1", "cancelled"); r.Status != 200 {
 		t.Fatalf("acknowledge: %s", r)
 	}
-	if got := getRun(t, env, "running"); got.State != store.Cancelled || *got.Reason != store.ReasonCancelled {
+	if got := getRun(t, env, "running"); got.State != wire.Cancelled || *got.Reason != wire.ReasonCancelled {
 		t.Fatalf("after the acknowledgement: %s", got.State)
 	}
 
@@ -53,7 +53,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("a client forcing: %s", resp)
 	}
 	if resp := env.Do(apitest.Admin, "POST", "/v1/runs/forced/cancel", map[string]any{"force": true}); resp.Status != 200 ||
-		getRun(t, env, "forced").State != store.Cancelled {
+		getRun(t, env, "forced").State != wire.Cancelled {
 		t.Fatalf("force: %s", resp)
 	}
 
@@ -145,9 +145,9 @@ func TestCancelRacesTheFinalResult(t *testing.T) {
 			close(start)
 			wg.Wait()
 			got := getRun(t, env, "r")
-			if !store.Terminal(got.State) {
+			if !wire.Final(got.State) {
 				// Only cancels won: the run waits for the node to acknowledge.
-				if got.State != store.Running || got.CancelRequestedAt == nil {
+				if got.State != wire.Running || got.CancelRequestedAt == nil {
 					t.Fatalf("state %s", got.State)
 				}
 				return
@@ -158,10 +158,10 @@ func TestCancelRacesTheFinalResult(t *testing.T) {
 			mu.Lock()
 			outcomes[got.State]++
 			mu.Unlock()
-			if got.State == store.Cancelled && got.Steps[0].State == store.Succeeded {
+			if got.State == wire.Cancelled && got.Steps[0].State == wire.Succeeded {
 				t.Fatal("a success was recorded on a cancelled run")
 			}
-			if got.State == store.Succeeded && got.Steps[0].State != store.Succeeded {
+			if got.State == wire.Succeeded && got.Steps[0].State != wire.Succeeded {
 				t.Fatalf("SUCCEEDED with its step %s", got.Steps[0].State)
 			}
 			if n := env.Count(`SELECT count(*) FROM leases`); n != 0 {
@@ -182,11 +182,11 @@ func TestCancelOfARunWithNothingStarted(t *testing.T) {
 	env.Do(alice, "POST", "/v1/runs", oneNodeRun("next", "board"))
 	resp := env.Do(alice, "POST", "/v1/runs/idle/cancel", map[string]any{"reason": "not needed"})
 	got := getRun(t, env, "idle")
-	if resp.Status != 200 || got.State != store.Cancelled || *got.CancelReason != "not needed" ||
-		got.Steps[0].State != store.Cancelled || got.Steps[1].State != store.Cancelled {
+	if resp.Status != 200 || got.State != wire.Cancelled || *got.CancelReason != "not needed" ||
+		got.Steps[0].State != wire.Cancelled || got.Steps[1].State != wire.Cancelled {
 		t.Fatalf("cancel of a run with nothing started: %s", resp)
 	}
-	if getRun(t, env, "next").State != store.Running {
+	if getRun(t, env, "next").State != wire.Running {
 		t.Fatal("the freed node was not handed to the queued run")
 	}
 	env.CheckInvariants()

@@ -10,6 +10,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/localdev/pgcount"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // A new node's first heartbeat registers it and promotes the queued run that needed it; the
@@ -30,7 +31,7 @@ func TestFirstHeartbeatWakesSecondDoesNot(t *testing.T) {
 			t.Fatalf("first heartbeat: %s", resp)
 		}
 	}
-	if env.State("r") != store.Running {
+	if env.State("r") != wire.Running {
 		t.Fatalf("the queued run was not promoted by the first heartbeat: %s", env.State("r"))
 	}
 	before := counter.Read()
@@ -85,16 +86,16 @@ func TestRestartReleasesTheLease(t *testing.T) {
 			got.Decode(t, &body)
 			switch attempts {
 			case 1:
-				if body.Run.State != store.Failed || *body.Run.Reason != store.ReasonNodeRestarted {
+				if body.Run.State != wire.Failed || *body.Run.Reason != wire.ReasonNodeRestarted {
 					t.Fatalf("no attempts left: %s", got)
 				}
 			case 2:
-				if body.Run.State != store.Queued || body.Run.Attempt != 2 || *body.Run.QueuePosition != 0 || body.Run.Roles["main"].NodeID != "" {
+				if body.Run.State != wire.Queued || body.Run.Attempt != 2 || *body.Run.QueuePosition != 0 || body.Run.Roles["main"].NodeID != "" {
 					t.Fatalf("requeued: %s", got)
 				}
 				// Drain lifted: capacity appeared, and the requeued run goes first.
 				env.Beat("A", "boot-2", false, "board")
-				if env.State("r") != store.Running || env.State("later") != store.Queued {
+				if env.State("r") != wire.Running || env.State("later") != wire.Queued {
 					t.Fatalf("after the drain: r %s, later %s", env.State("r"), env.State("later"))
 				}
 			}
@@ -122,11 +123,11 @@ func TestDrain(t *testing.T) {
 	other := map[string]string{"A": "B", "B": "A"}[drained]
 	env.Beat(other, "boot-1", true, "board")
 	env.Do(alice, "POST", "/v1/runs", oneNodeRun("waiting", "board"))
-	if env.State("waiting") != store.Queued {
+	if env.State("waiting") != wire.Queued {
 		t.Fatalf("a run was placed on a draining node: %s", env.State("waiting"))
 	}
 	env.Beat(other, "boot-1", false, "board")
-	if env.State("waiting") != store.Running {
+	if env.State("waiting") != wire.Running {
 		t.Fatalf("lifting the drain did not promote the queued run: %s", env.State("waiting"))
 	}
 }
@@ -176,17 +177,17 @@ func TestRemoveNode(t *testing.T) {
 	if resp.Status != 200 || body.Released != 1 || body.RunsFailed != 1 {
 		t.Fatalf("remove A: %s", resp)
 	}
-	checks := map[string]string{"on-a": store.ReasonNodeRemoved, "needs-gpu": store.ReasonNoCapableNode}
+	checks := map[string]string{"on-a": wire.ReasonNodeRemoved, "needs-gpu": wire.ReasonNoCapableNode}
 	for run, reason := range checks {
 		var got struct {
 			Run store.Run `json:"run"`
 		}
 		env.Do(alice, "GET", "/v1/runs/"+run, nil).Decode(t, &got)
-		if got.Run.State != store.Failed || *got.Run.Reason != reason {
+		if got.Run.State != wire.Failed || *got.Run.Reason != reason {
 			t.Errorf("%s: %s %v, want FAILED %s", run, got.Run.State, got.Run.Reason, reason)
 		}
 	}
-	if env.State("elastic") != store.Queued {
+	if env.State("elastic") != wire.Queued {
 		t.Errorf("elastic: %s", env.State("elastic"))
 	}
 	if resp := env.Do(apitest.Admin, "DELETE", "/v1/nodes/A", nil); resp.Status != 404 {
@@ -289,7 +290,7 @@ func TestDrainingRestartWakesForTheRunMates(t *testing.T) {
 		t.Fatalf("solo: %s", resp)
 	}
 	env.Beat("A", "boot-2", true, "dut")
-	if env.State("solo") != store.Running || env.Count(`SELECT count(*) FROM leases WHERE node_id = 'B' AND run_id = 'solo'`) != 1 {
+	if env.State("solo") != wire.Running || env.Count(`SELECT count(*) FROM leases WHERE node_id = 'B' AND run_id = 'solo'`) != 1 {
 		t.Fatalf("solo is %s; B, freed by A's restart, was left idle", env.State("solo"))
 	}
 	env.CheckInvariants()

@@ -12,6 +12,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/config"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 func prioritized(id string, priority int, needs ...string) map[string]any {
@@ -93,7 +94,7 @@ func TestPriorityOrdersContenders(t *testing.T) {
 		var answer runReply
 		r := env.Do(apitest.Admin, "POST", "/v1/runs/raised/priority", map[string]any{"priority": 70})
 		r.Decode(t, &answer)
-		if r.Status != 200 || answer.Run.Priority != 70 || answer.Run.State != store.Queued {
+		if r.Status != 200 || answer.Run.Priority != 70 || answer.Run.State != wire.Queued {
 			t.Fatalf("raise: %s", r)
 		}
 		if got := free(t, env, "hold"); got != "raised" {

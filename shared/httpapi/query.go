@@ -11,9 +11,9 @@ import (
 	"mediator/migrations"
 	"mediator/shared/auth"
 	"mediator/shared/problem"
-	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Query serves the read routes: runs, the queue, the fleet, leases, /healthz and the
@@ -74,13 +74,13 @@ func listRuns(c *call) (reply, error) {
 	q := c.query
 	p := store.ListRunsParams{Viewer: c.viewer(), State: q["state"], Limit: 20}
 	var errs []problem.FieldError
-	if p.State != "" && !slices.Contains(store.RunStates, p.State) {
-		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of " + strings.Join(store.RunStates, ", ")})
+	if p.State != "" && !slices.Contains(wire.RunStates, p.State) {
+		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of " + strings.Join(wire.RunStates, ", ")})
 	}
 	if raw, ok := q["priority"]; ok {
 		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 || n > request.MaxPriority {
-			errs = append(errs, problem.FieldError{Path: "priority", Message: fmt.Sprintf("must be a whole number from 0 to %d", request.MaxPriority)})
+		if err != nil || n < 0 || n > wire.MaxPriority {
+			errs = append(errs, problem.FieldError{Path: "priority", Message: fmt.Sprintf("must be a whole number from 0 to %d", wire.MaxPriority)})
 		}
 		p.Priority = &n
 	}
@@ -132,7 +132,7 @@ func decodeCursor(s string) (*store.Cursor, bool) {
 	}
 	micros, runID, ok := strings.Cut(string(raw), ":")
 	n, err := strconv.ParseInt(micros, 10, 64)
-	if !ok || err != nil || n < 0 || n >= maxCursorMicros || !request.IDPattern.MatchString(runID) {
+	if !ok || err != nil || n < 0 || n >= maxCursorMicros || !wire.IDPattern.MatchString(runID) {
 		return nil, false
 	}
 	return &store.Cursor{CreatedAtMicros: n, RunID: runID}, true

@@ -10,6 +10,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/auth"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 func TestGetRunShowsPositionAndHistory(t *testing.T) {
@@ -26,10 +27,10 @@ func TestGetRunShowsPositionAndHistory(t *testing.T) {
 		History []store.Event `json:"history"`
 	}
 	resp.Decode(t, &got)
-	if resp.Status != 200 || got.Run.State != store.Queued || got.Run.QueuePosition == nil || *got.Run.QueuePosition != 1 {
+	if resp.Status != 200 || got.Run.State != wire.Queued || got.Run.QueuePosition == nil || *got.Run.QueuePosition != 1 {
 		t.Fatalf("c: %s", resp)
 	}
-	if len(got.History) != 1 || got.History[0].Kind != "submitted" || got.History[0].To != store.Queued {
+	if len(got.History) != 1 || got.History[0].Kind != "submitted" || got.History[0].To != wire.Queued {
 		t.Fatalf("c's history: %+v", got.History)
 	}
 	if resp := env.Do(apitest.Client("bob"), "GET", "/v1/runs/c", nil); resp.Status != 404 {

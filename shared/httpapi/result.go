@@ -8,6 +8,7 @@ import (
 	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Result serves POST /v1/runs/{run_id}/steps/{step_id}/result.
@@ -25,7 +26,7 @@ func result(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	stepID, err := c.pathID("step_id", request.StepIDPattern)
+	stepID, err := c.pathID("step_id", wire.NamePattern)
 	if err != nil {
 		return reply{}, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 func getRun(t *testing.T, env *apitest.Env, id string) store.Run {
@@ -33,7 +34,7 @@ func TestPlacedQueuedPromotedRefused(t *testing.T) {
 	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4")); resp.Status != 202 {
 		t.Fatalf("submit b: %s", resp)
 	}
-	if got := getRun(t, env, "b"); got.State != store.Queued {
+	if got := getRun(t, env, "b"); got.State != wire.Queued {
 		t.Fatalf("status b: %s", got.State)
 	}
 	epoch := env.Epoch("A")
@@ -45,10 +46,10 @@ func TestPlacedQueuedPromotedRefused(t *testing.T) {
 		}
 	}
 	// The result call has returned: a settled, and b was promoted inside that call.
-	if got := getRun(t, env, "a"); got.State != store.Succeeded {
+	if got := getRun(t, env, "a"); got.State != wire.Succeeded {
 		t.Fatalf("a: %s", got.State)
 	}
-	if got := getRun(t, env, "b"); got.State != store.Running || got.Assigned["main"] != "A" {
+	if got := getRun(t, env, "b"); got.State != wire.Running || got.Assigned["main"] != "A" {
 		t.Fatalf("b after a finished: %s on %v", got.State, got.Assigned)
 	}
 	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("c", "gpu")); resp.Status != 422 || !strings.Contains(string(resp.Body), `"FAILED"`) {
@@ -77,15 +78,15 @@ func TestPartialRelease(t *testing.T) {
 	}
 	quickNode, slowNode := pair.Run.Assigned["x"], pair.Run.Assigned["y"]
 	env.Do(alice, "POST", "/v1/runs", oneNodeRun("single", "board"))
-	if env.State("single") != store.Queued {
+	if env.State("single") != wire.Queued {
 		t.Fatal("single should wait")
 	}
 	env.Report(slowNode, "boot-1", env.Epoch(slowNode), "pair", "slow", "started")
 	env.Finish(quickNode, "boot-1", "pair", "succeeded")
-	if got := getRun(t, env, "single"); got.State != store.Running || got.Assigned["main"] != quickNode {
+	if got := getRun(t, env, "single"); got.State != wire.Running || got.Assigned["main"] != quickNode {
 		t.Fatalf("single: %s on %v; want RUNNING on %s", got.State, got.Assigned, quickNode)
 	}
-	if got := getRun(t, env, "pair"); got.State != store.Running {
+	if got := getRun(t, env, "pair"); got.State != wire.Running {
 		t.Fatalf("pair while slow still runs: %s", got.State)
 	}
 	env.CheckInvariants()
@@ -152,7 +153,7 @@ func TestReportRules(t *testing.T) {
 	env.Report("A", "boot-1", e, "r", "test", "started")
 	resp = env.Report("A", "boot-1", e, "r", "test", "failed")
 	got := getRun(t, env, "r")
-	if got.State != store.Failed || *got.Reason != store.ReasonStepFailed || got.Steps[2].State != store.Skipped {
+	if got.State != wire.Failed || *got.Reason != wire.ReasonStepFailed || got.Steps[2].State != wire.Skipped {
 		t.Fatalf("after test failed for good: %s; %+v", resp, got)
 	}
 	if n := env.Count(`SELECT count(*) FROM leases`); n != 0 {
@@ -181,7 +182,7 @@ func TestOversizedReport(t *testing.T) {
 			t.Fatalf("%s of %d bytes: %s", field, size, resp)
 		}
 	}
-	if got := getRun(t, env, "r"); got.Steps[0].State != store.Running {
+	if got := getRun(t, env, "r"); got.Steps[0].State != wire.Running {
 		t.Fatalf("an oversized report changed the step: %s", got.Steps[0].State)
 	}
 }
@@ -240,13 +241,13 @@ func TestExitCodesWithinTheirRulesAreStored(t *testing.T) {
 		set          bool
 		want         string // the exit code stored, "" for none
 	}{
-		{"ok", store.ReportSucceeded, 0, true, "0"},
-		{"none", store.ReportSucceeded, nil, false, ""},
-		{"null", store.ReportFailed, nil, true, ""},
-		{"zero", store.ReportFailed, 0, true, "0"},
-		{"top", store.ReportFailed, 255, true, "255"},
+		{"ok", wire.ReportSucceeded, 0, true, "0"},
+		{"none", wire.ReportSucceeded, nil, false, ""},
+		{"null", wire.ReportFailed, nil, true, ""},
+		{"zero", wire.ReportFailed, 0, true, "0"},
+		{"top", wire.ReportFailed, 255, true, "255"},
 	} {
-		if r := report(c.step, store.ReportStarted, nil, true); r.Status != 200 {
+		if r := report(c.step, wire.ReportStarted, nil, true); r.Status != 200 {
 			t.Fatalf("%s started, with a null exit_code: %s", c.step, r)
 		}
 		if r := report(c.step, c.status, c.code, c.set); r.Status != 200 {

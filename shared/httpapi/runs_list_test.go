@@ -16,6 +16,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/auth"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // page is GET /v1/runs' answer.
@@ -137,13 +138,13 @@ var listFilters = []struct {
 	keep  func(listedRun) bool
 }{
 	{"", func(listedRun) bool { return true }},
-	{"state=QUEUED&", func(r listedRun) bool { return r.State == store.Queued }},
-	{"state=RUNNING&", func(r listedRun) bool { return r.State == store.Running }},
-	{"state=SUCCEEDED&", func(r listedRun) bool { return r.State == store.Succeeded }},
-	{"state=FAILED&", func(r listedRun) bool { return r.State == store.Failed }},
-	{"state=CANCELLED&", func(r listedRun) bool { return r.State == store.Cancelled }},
+	{"state=QUEUED&", func(r listedRun) bool { return r.State == wire.Queued }},
+	{"state=RUNNING&", func(r listedRun) bool { return r.State == wire.Running }},
+	{"state=SUCCEEDED&", func(r listedRun) bool { return r.State == wire.Succeeded }},
+	{"state=FAILED&", func(r listedRun) bool { return r.State == wire.Failed }},
+	{"state=CANCELLED&", func(r listedRun) bool { return r.State == wire.Cancelled }},
 	{"priority=50&", func(r listedRun) bool { return r.Priority == 50 }},
-	{"state=QUEUED&priority=20&", func(r listedRun) bool { return r.State == store.Queued && r.Priority == 20 }},
+	{"state=QUEUED&priority=20&", func(r listedRun) bool { return r.State == wire.Queued && r.Priority == 20 }},
 }
 
 // Runs in every state, a client's among others' and an admin's: pages of two, some holding
@@ -185,7 +186,7 @@ func TestRunListUnderEveryPlan(t *testing.T) {
 	}
 	// a-running succeeds, and A goes to the first of the queue (ops-q1).
 	env.Finish("A", "b1", "a-running", "succeeded")
-	if env.State("a-running") != store.Succeeded || env.State("ops-q1") != store.Running {
+	if env.State("a-running") != wire.Succeeded || env.State("ops-q1") != wire.Running {
 		t.Fatalf("a-running %s, ops-q1 %s", env.State("a-running"), env.State("ops-q1"))
 	}
 	tr := readTruth(t, env)
@@ -264,7 +265,7 @@ func TestRunListOfThousandsOfRefusedRuns(t *testing.T) {
 		for _, who := range []auth.Principal{alice, apitest.Admin} {
 			what := "queued among the refused, " + plan.Name
 			queued.check(t, planned, what, who, "", 3, 5, queued.want(who, everyRun))
-			queued.check(t, planned, what, who, "state=QUEUED&", 2, 0, queued.want(who, func(r listedRun) bool { return r.State == store.Queued }))
+			queued.check(t, planned, what, who, "state=QUEUED&", 2, 0, queued.want(who, func(r listedRun) bool { return r.State == wire.Queued }))
 		}
 	}
 }

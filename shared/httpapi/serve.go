@@ -21,9 +21,9 @@ import (
 
 	"mediator/shared/auth"
 	"mediator/shared/problem"
-	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Handler is the signature lambda.Start takes for an HTTP API (payload 2.0) function.
@@ -352,7 +352,7 @@ func (c *call) viewer() store.Viewer {
 // parameter's name), not an unknown id: the client learns to fix it rather than look for it.
 // A run_id goes into the call's log line.
 func (c *call) pathID(name string, pattern ...*regexp.Regexp) (string, error) {
-	v, re := c.req.PathParameters[name], request.IDPattern
+	v, re := c.req.PathParameters[name], wire.IDPattern
 	if len(pattern) > 0 {
 		re = pattern[0]
 	}

@@ -11,6 +11,7 @@ import (
 	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Submit serves POST /v1/runs.
@@ -64,7 +65,7 @@ func submit(c *call) (reply, error) {
 	// placed, refused or submitted before took no node from the queue and freed none: no wake.
 	woke := c.afterCommit([]string{run.RunID}, res.Outcome == store.Waiting, store.WakeParams{})
 	if res.Placeable && slices.Contains(woke.Runs, run.RunID) {
-		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != store.Queued {
+		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != wire.Queued {
 			res.Outcome, res.Run = store.Placed, now
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/localdev/pgcount"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 var alice = apitest.Client("alice")
@@ -42,14 +43,14 @@ func TestSubmitOutcomes(t *testing.T) {
 	resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("a", "board=rpi4"))
 	var a runReply
 	resp.Decode(t, &a)
-	if resp.Status != 201 || a.Run.State != store.Running || a.Run.Assigned["main"] != "A" || a.Run.Roles["main"].NodeID != "A" {
+	if resp.Status != 201 || a.Run.State != wire.Running || a.Run.Assigned["main"] != "A" || a.Run.Roles["main"].NodeID != "A" {
 		t.Fatalf("a: %s", resp)
 	}
 
 	resp = env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4"))
 	var b runReply
 	resp.Decode(t, &b)
-	if resp.Status != 202 || b.Run.State != store.Queued || b.Run.Roles["main"].NodeID != "" {
+	if resp.Status != 202 || b.Run.State != wire.Queued || b.Run.Roles["main"].NodeID != "" {
 		t.Fatalf("b: %s", resp)
 	}
 	if strings.Contains(string(resp.Body), `"assigned"`) || strings.Contains(string(resp.Body), `"reject"`) {
@@ -65,7 +66,7 @@ func TestSubmitOutcomes(t *testing.T) {
 	resp = env.Do(alice, "POST", "/v1/runs", oneNodeRun("c", "gpu"))
 	var c runReply
 	resp.Decode(t, &c)
-	if resp.Status != 422 || c.Run.State != store.Failed || c.Run.Reason == nil || *c.Run.Reason != store.ReasonNoCapableNode ||
+	if resp.Status != 422 || c.Run.State != wire.Failed || c.Run.Reason == nil || *c.Run.Reason != wire.ReasonNoCapableNode ||
 		len(c.Unmet) != 1 || c.Unmet[0].Role != "main" || c.Unmet[0].Needs[0] != "gpu" {
 		t.Fatalf("c: %s", resp)
 	}
@@ -76,7 +77,7 @@ func TestSubmitOutcomes(t *testing.T) {
 	resp = env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4"))
 	var again runReply
 	resp.Decode(t, &again)
-	if resp.Status != 200 || again.Run.RunID != "b" || again.Run.State != store.Queued {
+	if resp.Status != 200 || again.Run.RunID != "b" || again.Run.State != wire.Queued {
 		t.Fatalf("resubmit b: %s", resp)
 	}
 	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("b", "board=rpi4", "s1", "s2")); resp.Status != 409 ||
@@ -121,7 +122,7 @@ func TestSubmitWaitForCapacityAndTooWide(t *testing.T) {
 	resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "wide", "roles": roles, "steps": steps})
 	var wide runReply
 	resp.Decode(t, &wide)
-	if resp.Status != 422 || wide.Run.Reason == nil || *wide.Run.Reason != store.ReasonTooWide {
+	if resp.Status != 422 || wide.Run.Reason == nil || *wide.Run.Reason != wire.ReasonTooWide {
 		t.Fatalf("17 roles with MAX_RUN_WIDTH 16: %s", resp)
 	}
 }

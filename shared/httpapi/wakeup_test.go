@@ -12,7 +12,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/config"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Several heartbeats carrying new boot ids for one node at once. The first restart releases
@@ -93,7 +93,7 @@ func TestAStarvingRunLeavingTheQueueFreesWhatItHeld(t *testing.T) {
 		if resp := env.Do(alice, "POST", "/v1/runs/wide/cancel", nil); resp.Status != 200 {
 			t.Fatalf("cancel: %s", resp)
 		}
-		if env.State("narrow") != store.Running {
+		if env.State("narrow") != wire.Running {
 			t.Fatalf("narrow is %s beside the free B1 after the run holding B1 back was cancelled", env.State("narrow"))
 		}
 	})
@@ -102,7 +102,7 @@ func TestAStarvingRunLeavingTheQueueFreesWhatItHeld(t *testing.T) {
 		env := queueBehindAStarvingRun(t, false)
 		env.Exec(`UPDATE runs SET deadline_at = now() - interval '1 second' WHERE run_id = 'wide'`)
 		sum := env.Reap()
-		if sum.QueueTimedOut != 1 || env.State("narrow") != store.Running || sum.Promoted != 1 || sum.Stranded != 0 {
+		if sum.QueueTimedOut != 1 || env.State("narrow") != wire.Running || sum.Promoted != 1 || sum.Stranded != 0 {
 			t.Fatalf("reap %+v; narrow %s: the timed-out run's nodes must be woken for, not found stranded", sum, env.State("narrow"))
 		}
 	})
@@ -112,7 +112,7 @@ func TestAStarvingRunLeavingTheQueueFreesWhatItHeld(t *testing.T) {
 		if resp := env.Do(apitest.Admin, "DELETE", "/v1/nodes/G1", nil); resp.Status != 200 {
 			t.Fatalf("remove G1: %s", resp)
 		}
-		if env.State("wide") != store.Failed || env.State("narrow") != store.Running {
+		if env.State("wide") != wire.Failed || env.State("narrow") != wire.Running {
 			t.Fatalf("wide %s, narrow %s: the unservable starving run failed but its board was left idle", env.State("wide"), env.State("narrow"))
 		}
 	})
@@ -121,7 +121,7 @@ func TestAStarvingRunLeavingTheQueueFreesWhatItHeld(t *testing.T) {
 		env := queueBehindAStarvingRun(t, true)
 		env.Exec(`UPDATE nodes SET advert_expires_at = now() - interval '1 day', last_seen_at = now() - interval '400 days' WHERE node_id = 'G1'`)
 		sum := env.Reap()
-		if sum.Retired != 1 || sum.Unservable != 1 || env.State("narrow") != store.Running || sum.Stranded != 0 {
+		if sum.Retired != 1 || sum.Unservable != 1 || env.State("narrow") != wire.Running || sum.Stranded != 0 {
 			t.Fatalf("reap %+v; narrow %s", sum, env.State("narrow"))
 		}
 	})

@@ -8,6 +8,7 @@ package match
 
 import (
 	"hash/fnv"
+	"mediator/shared/wire"
 	"slices"
 	"sort"
 )
@@ -16,10 +17,10 @@ import (
 type Verdict string
 
 const (
-	Placeable  Verdict = "placeable"  // a matching exists over the available nodes
-	Busy       Verdict = "busy"       // over the fleet, but not over the available nodes
-	Impossible Verdict = "impossible" // not even over the fleet
-	TooWide    Verdict = "too_wide"   // more roles than MAX_RUN_WIDTH
+	Placeable  Verdict = wire.Placeable  // a matching exists over the available nodes
+	Busy       Verdict = wire.Busy       // over the fleet, but not over the available nodes
+	Impossible Verdict = wire.Impossible // not even over the fleet
+	TooWide    Verdict = wire.TooWide    // more roles than MAX_RUN_WIDTH
 )
 
 // Role is a named slot with the labels its node must have.

@@ -21,6 +21,7 @@ import (
 	"mediator/localdev/eventbus"
 	"mediator/shared/publish"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // setup is a test's Mediator whose handlers publish to a stand-in bus.
@@ -118,7 +119,7 @@ func play(t *testing.T, env *apitest.Env) {
 	}
 	env.Finish("A", "b1", "a", "succeeded")
 	env.Finish("A", "b1", "b", "succeeded")
-	if env.State("b") != store.Succeeded {
+	if env.State("b") != wire.Succeeded {
 		t.Fatalf("b is %s", env.State("b"))
 	}
 }

@@ -29,7 +29,7 @@ import (
 
 	"mediator/shared/problem"
 	"mediator/shared/request"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // labelPattern is a label's shape (DESIGN.md, The model), copied here rather than read from the package, so the
@@ -360,14 +360,14 @@ func checkSubmit(t *testing.T, body []byte) {
 	}
 	if errs != nil {
 		c.problems(errs)
-		if !reflect.DeepEqual(run, store.NewRun{}) {
+		if !reflect.DeepEqual(run, wire.NewRun{}) {
 			c.fail("refused, yet returned a run: %+v", run)
 		}
 		return
 	}
 	c.accepted(submitFields)
-	if !request.IDPattern.MatchString(run.RunID) {
-		c.fail("run_id %q does not match %s", run.RunID, request.IDPattern)
+	if !wire.IDPattern.MatchString(run.RunID) {
+		c.fail("run_id %q does not match %s", run.RunID, wire.IDPattern)
 	}
 	if run.Owner != "" {
 		c.fail("the decoder set the owner %q; only the handler knows it", run.Owner)
@@ -375,39 +375,39 @@ func checkSubmit(t *testing.T, body []byte) {
 	if len(run.RequestHash) != 32 {
 		c.fail("request hash of %d bytes", len(run.RequestHash))
 	}
-	if run.MaxAttempts < 1 || run.MaxAttempts > request.MaxAttempts {
+	if run.MaxAttempts < 1 || run.MaxAttempts > wire.MaxAttempts {
 		c.fail("max_attempts %d", run.MaxAttempts)
 	}
-	if p := run.TimeoutSeconds; p != nil && (*p < 1 || *p > request.MaxTimeout) {
+	if p := run.TimeoutSeconds; p != nil && (*p < 1 || *p > wire.MaxTimeoutSeconds) {
 		c.fail("timeout_seconds %d", *p)
 	}
-	if p := run.QueueTimeoutSeconds; p != nil && (*p < 1 || *p > request.MaxQueueWait) {
+	if p := run.QueueTimeoutSeconds; p != nil && (*p < 1 || *p > wire.MaxQueueWaitSeconds) {
 		c.fail("queue_timeout_seconds %d", *p)
 	}
-	c.storableJSON("metadata", run.Metadata, request.MaxMetaBytes)
+	c.storableJSON("metadata", run.Metadata, wire.MaxMetadataBytes)
 
 	roles := map[string]bool{}
-	if len(run.Roles) < 1 || len(run.Roles) > request.MaxRoles {
+	if len(run.Roles) < 1 || len(run.Roles) > wire.MaxRoles {
 		c.fail("%d roles", len(run.Roles))
 	}
 	if !sort.SliceIsSorted(run.Roles, func(i, j int) bool { return run.Roles[i].Name < run.Roles[j].Name }) {
 		c.fail("roles are not sorted by name")
 	}
 	for _, r := range run.Roles {
-		if !request.StepIDPattern.MatchString(r.Name) || roles[r.Name] {
+		if !wire.NamePattern.MatchString(r.Name) || roles[r.Name] {
 			c.fail("role name %q is malformed or repeated", r.Name)
 		}
 		roles[r.Name] = true
-		c.labels("role "+r.Name, r.Needs, request.MaxNeeds)
+		c.labels("role "+r.Name, r.Needs, wire.MaxNeeds)
 	}
 
-	if len(run.Steps) < 1 || len(run.Steps) > request.MaxSteps {
+	if len(run.Steps) < 1 || len(run.Steps) > wire.MaxSteps {
 		c.fail("%d steps", len(run.Steps))
 	}
 	ids := map[string]bool{}
 	used := map[string]bool{}
 	for _, s := range run.Steps {
-		if !request.StepIDPattern.MatchString(s.ID) || ids[s.ID] {
+		if !wire.NamePattern.MatchString(s.ID) || ids[s.ID] {
 			c.fail("step id %q is malformed or repeated", s.ID)
 		}
 		ids[s.ID] = true
@@ -415,13 +415,13 @@ func checkSubmit(t *testing.T, body []byte) {
 			c.fail("step %q is on %q, which is no role of the run", s.ID, s.Role)
 		}
 		used[s.Role] = true
-		if s.Retries < 0 || s.Retries > request.MaxRetries {
+		if s.Retries < 0 || s.Retries > wire.MaxRetries {
 			c.fail("step %q has %d retries", s.ID, s.Retries)
 		}
 		if s.After == nil {
 			c.fail("step %q has a nil after (the store writes it as a text[])", s.ID)
 		}
-		c.storableJSON("spec of "+s.ID, s.Spec, request.MaxSpecBytes)
+		c.storableJSON("spec of "+s.ID, s.Spec, wire.MaxSpecBytes)
 	}
 	for name := range roles {
 		if !used[name] {
@@ -461,7 +461,7 @@ func (c *checker) labels(what string, labels []string, limit int) {
 }
 
 // cycle is the steps that cannot be ordered (Kahn), or nil.
-func cycle(steps []store.NewStep) []string {
+func cycle(steps []wire.NewStep) []string {
 	waiting := map[string]int{}
 	for _, s := range steps {
 		waiting[s.ID] = len(s.After)
@@ -514,7 +514,7 @@ func checkHeartbeat(t *testing.T, body []byte) {
 	}
 	if errs != nil {
 		c.problems(errs)
-		if !reflect.DeepEqual(p, store.HeartbeatParams{}) {
+		if !reflect.DeepEqual(p, wire.Heartbeat{}) {
 			c.fail("refused, yet returned %+v", p)
 		}
 		return
@@ -523,10 +523,10 @@ func checkHeartbeat(t *testing.T, body []byte) {
 	if p.NodeID != "node-1" {
 		c.fail("node id %q is not the path's", p.NodeID)
 	}
-	if !request.IDPattern.MatchString(p.BootID) {
-		c.fail("boot_id %q does not match %s", p.BootID, request.IDPattern)
+	if !wire.IDPattern.MatchString(p.BootID) {
+		c.fail("boot_id %q does not match %s", p.BootID, wire.IDPattern)
 	}
-	c.labels("labels", p.Labels, request.MaxLabels)
+	c.labels("labels", p.Labels, wire.MaxLabels)
 }
 
 // ---- Result ----
@@ -554,7 +554,7 @@ func checkResult(t *testing.T, body []byte) {
 			_ = json.Unmarshal(body, &m)
 			msg, _ := m["message"].(string)
 			out, _ := m["output"].(string)
-			if len(msg) <= request.MaxMessageBytes && len(out) <= request.MaxOutputBytes {
+			if len(msg) <= wire.MaxMessageBytes && len(out) <= wire.MaxOutputBytes {
 				c.fail("413 with a message of %d bytes and an output of %d", len(msg), len(out))
 			}
 		default:
@@ -564,7 +564,7 @@ func checkResult(t *testing.T, body []byte) {
 			c.fail("problem without its type or title: %+v", prob)
 		}
 		c.problems(prob.Errors)
-		if !reflect.DeepEqual(p, store.ReportParams{}) {
+		if !reflect.DeepEqual(p, wire.Report{}) {
 			c.fail("refused, yet returned %+v", p)
 		}
 		return
@@ -573,28 +573,28 @@ func checkResult(t *testing.T, body []byte) {
 	if p.RunID != "run-1" || p.StepID != "step-1" {
 		c.fail("the path's ids were not kept: %q %q", p.RunID, p.StepID)
 	}
-	if !request.IDPattern.MatchString(p.NodeID) || !request.IDPattern.MatchString(p.BootID) {
-		c.fail("node_id %q or boot_id %q does not match %s", p.NodeID, p.BootID, request.IDPattern)
+	if !wire.IDPattern.MatchString(p.NodeID) || !wire.IDPattern.MatchString(p.BootID) {
+		c.fail("node_id %q or boot_id %q does not match %s", p.NodeID, p.BootID, wire.IDPattern)
 	}
 	if p.Epoch < 1 {
 		c.fail("epoch %d", p.Epoch)
 	}
 	switch p.Status {
-	case store.ReportStarted, store.ReportSucceeded, store.ReportFailed, store.ReportCancelled:
+	case wire.ReportStarted, wire.ReportSucceeded, wire.ReportFailed, wire.ReportCancelled:
 	default:
 		c.fail("status %q", p.Status)
 	}
 	if p.ExitCode != nil {
-		highest := request.MaxExitCode
-		if p.Status == store.ReportSucceeded {
+		highest := wire.MaxExitCode
+		if p.Status == wire.ReportSucceeded {
 			highest = 0
 		}
-		if p.Status == store.ReportStarted || *p.ExitCode < 0 || *p.ExitCode > highest {
+		if p.Status == wire.ReportStarted || *p.ExitCode < 0 || *p.ExitCode > highest {
 			c.fail("a %s report with exit_code %d", p.Status, *p.ExitCode)
 		}
 	}
-	c.text("message", p.Message, request.MaxMessageBytes)
-	c.text("output", p.Output, request.MaxOutputBytes)
+	c.text("message", p.Message, wire.MaxMessageBytes)
+	c.text("output", p.Output, wire.MaxOutputBytes)
 }
 
 func (c *checker) text(what string, s *string, limit int) {
@@ -637,7 +637,7 @@ func checkCancel(t *testing.T, body []byte) {
 		return
 	}
 	c.accepted(cancelFields)
-	c.text("reason", &reason, request.MaxReasonBytes)
+	c.text("reason", &reason, wire.MaxReasonBytes)
 }
 
 // ---- Defects found while writing these targets, now guarded ----

@@ -2,22 +2,19 @@ package request
 
 import (
 	"mediator/shared/problem"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
-// MaxLabels bounds a node's advert (the schema holds the same bound).
-const MaxLabels = 64
-
 // Heartbeat decodes PUT /v1/nodes/{node_id}: {"boot_id", "labels", "draining"}.
-func Heartbeat(nodeID string, body []byte) (store.HeartbeatParams, []problem.FieldError) {
+func Heartbeat(nodeID string, body []byte) (wire.Heartbeat, []problem.FieldError) {
 	var errs []problem.FieldError
 	o := root(body, &errs)
 	if o == nil {
-		return store.HeartbeatParams{}, errs
+		return wire.Heartbeat{}, errs
 	}
-	p := store.HeartbeatParams{NodeID: nodeID, BootID: id(o, "boot_id"), Labels: []string{}}
+	p := wire.Heartbeat{NodeID: nodeID, BootID: id(o, "boot_id"), Labels: []string{}}
 	if v, ok := o.get("labels", false); ok {
-		if ls := labelsUpTo(o, "labels", v, MaxLabels); ls != nil {
+		if ls := labelsUpTo(o, "labels", v, wire.MaxLabels); ls != nil {
 			p.Labels = ls
 		}
 	} else if _, present := o.m["labels"]; present {
@@ -28,7 +25,7 @@ func Heartbeat(nodeID string, body []byte) (store.HeartbeatParams, []problem.Fie
 	p.Draining = o.boolean("draining")
 	o.done()
 	if len(errs) > 0 {
-		return store.HeartbeatParams{}, errs
+		return wire.Heartbeat{}, errs
 	}
 	return p, nil
 }

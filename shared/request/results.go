@@ -4,40 +4,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 
 	"mediator/shared/problem"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
-
-// Size limits of a step report (openapi.yaml, the result route). Past them the report is refused whole
-// with 413: a truncated message would be a silent lie about what the step said.
-const (
-	MaxMessageBytes = 4 << 10
-	MaxOutputBytes  = 64 << 10
-	MaxReasonBytes  = 1 << 10
-	MaxOutputsBytes = 4 << 10 // a step's outputs, as compact JSON
-)
-
-// outputKeyPattern is an output's key: it becomes part of an environment variable's name on
-// the nodes of the steps that read it.
-var outputKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
 // Result decodes POST /v1/runs/{run_id}/steps/{step_id}/result.
-func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Problem) {
+func Result(runID, stepID string, body []byte) (wire.Report, *problem.Problem) {
 	var errs []problem.FieldError
 	o := root(body, &errs)
 	if o == nil {
-		return store.ReportParams{}, problem.Invalid(errs)
+		return wire.Report{}, problem.Invalid(errs)
 	}
-	p := store.ReportParams{RunID: runID, StepID: stepID, NodeID: id(o, "node_id"), BootID: id(o, "boot_id")}
+	p := wire.Report{RunID: runID, StepID: stepID, NodeID: id(o, "node_id"), BootID: id(o, "boot_id")}
 	if v, ok := o.m["epoch"]; !ok || v == nil {
 		o.fail("epoch", "is required")
 	}
 	p.Epoch, _ = o.integer("epoch", 0, 1, math.MaxInt64)
 	if status, ok := o.str("status", true); ok {
 		switch status {
-		case store.ReportStarted, store.ReportSucceeded, store.ReportFailed, store.ReportCancelled:
+		case wire.ReportStarted, wire.ReportSucceeded, wire.ReportFailed, wire.ReportCancelled:
 			p.Status = status
 		default:
 			o.fail("status", "must be one of started, succeeded, failed, cancelled")
@@ -45,22 +31,18 @@ func Result(runID, stepID string, body []byte) (store.ReportParams, *problem.Pro
 	}
 	p.ExitCode = exitCode(o, p.Status)
 	var tooLarge *problem.Problem
-	p.Message, tooLarge = boundedText(o, "message", MaxMessageBytes, tooLarge)
-	p.Output, tooLarge = boundedText(o, "output", MaxOutputBytes, tooLarge)
+	p.Message, tooLarge = boundedText(o, "message", wire.MaxMessageBytes, tooLarge)
+	p.Output, tooLarge = boundedText(o, "output", wire.MaxOutputBytes, tooLarge)
 	p.Outputs, tooLarge = outputs(o, p.Status, tooLarge)
 	o.done()
 	if len(errs) > 0 {
-		return store.ReportParams{}, problem.Invalid(errs)
+		return wire.Report{}, problem.Invalid(errs)
 	}
 	if tooLarge != nil {
-		return store.ReportParams{}, tooLarge
+		return wire.Report{}, tooLarge
 	}
 	return p, nil
 }
-
-// MaxExitCode is the largest exit status a process has (a shell's 128 + a signal's number
-// included).
-const MaxExitCode = 255
 
 // exitCode reads a report's exit_code, which its status decides: a succeeded step exited 0, a
 // failed or cancelled one with a process's exit status (0 to MaxExitCode), and a started one
@@ -71,12 +53,12 @@ func exitCode(o *object, status string) *int {
 	if !ok {
 		return nil
 	}
-	hi, rule := int64(MaxExitCode), fmt.Sprintf("must be a whole number from 0 to %d (a process's exit status), or absent", MaxExitCode)
+	hi, rule := int64(wire.MaxExitCode), fmt.Sprintf("must be a whole number from 0 to %d (a process's exit status), or absent", wire.MaxExitCode)
 	switch status {
-	case store.ReportStarted:
+	case wire.ReportStarted:
 		o.fail("exit_code", "a started report carries no exit_code: the step has not exited yet")
 		return nil
-	case store.ReportSucceeded:
+	case wire.ReportSucceeded:
 		hi, rule = 0, "must be 0, or absent, in a succeeded report: a step that exited otherwise failed"
 	}
 	n, isNum := v.(json.Number)
@@ -111,7 +93,7 @@ func outputs(o *object, status string, prev *problem.Problem) (map[string]string
 	if !ok {
 		return nil, prev
 	}
-	if status != "" && status != store.ReportSucceeded {
+	if status != "" && status != wire.ReportSucceeded {
 		o.fail("outputs", "only a succeeded report carries outputs")
 		return nil, prev
 	}
@@ -124,17 +106,17 @@ func outputs(o *object, status string, prev *problem.Problem) (map[string]string
 	for k, val := range m {
 		s, isStr := val.(string)
 		switch {
-		case !outputKeyPattern.MatchString(k):
-			o.failAt(join(join(o.path, "outputs"), k), "a key must match "+outputKeyPattern.String())
+		case !wire.OutputKeyPattern.MatchString(k):
+			o.failAt(join(join(o.path, "outputs"), k), "a key must match "+wire.OutputKeyPattern.String())
 		case !isStr:
 			o.failAt(join(join(o.path, "outputs"), k), "must be a string")
 		default:
 			out[k] = s
 		}
 	}
-	if b, _ := json.Marshal(out); len(b) > MaxOutputsBytes && prev == nil {
-		prev = problem.New(problem.PayloadTooLarge, fmt.Sprintf("outputs must be at most %d bytes of JSON", MaxOutputsBytes))
-		prev.Errors = []problem.FieldError{{Path: "outputs", Message: fmt.Sprintf("must be at most %d bytes of JSON", MaxOutputsBytes)}}
+	if b, _ := json.Marshal(out); len(b) > wire.MaxOutputsBytes && prev == nil {
+		prev = problem.New(problem.PayloadTooLarge, fmt.Sprintf("outputs must be at most %d bytes of JSON", wire.MaxOutputsBytes))
+		prev.Errors = []problem.FieldError{{Path: "outputs", Message: fmt.Sprintf("must be at most %d bytes of JSON", wire.MaxOutputsBytes)}}
 	}
 	if len(out) == 0 {
 		return nil, prev
@@ -152,7 +134,7 @@ func Priority(body []byte) (int, []problem.FieldError) {
 	if v, ok := o.m["priority"]; !ok || v == nil {
 		o.fail("priority", "is required")
 	}
-	priority, _ := o.integer("priority", 0, 0, MaxPriority)
+	priority, _ := o.integer("priority", 0, 0, wire.MaxPriority)
 	o.done()
 	return int(priority), errs
 }
@@ -168,8 +150,8 @@ func Cancel(body []byte) (reason string, force bool, errs []problem.FieldError) 
 		return "", false, errs
 	}
 	reason, _ = o.str("reason", false)
-	if len(reason) > MaxReasonBytes {
-		o.fail("reason", fmt.Sprintf("must be at most %d bytes", MaxReasonBytes))
+	if len(reason) > wire.MaxReasonBytes {
+		o.fail("reason", fmt.Sprintf("must be at most %d bytes", wire.MaxReasonBytes))
 	}
 	force = o.boolean("force")
 	o.done()

@@ -4,83 +4,58 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 
 	"mediator/shared/problem"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
-// Limits of a submission (openapi.yaml) and what a sane client never reaches.
-const (
-	MaxSteps      = 64
-	MaxRoles      = 64
-	MaxNeeds      = 32
-	MaxSpecBytes  = 64 << 10
-	MaxMetaBytes  = 16 << 10
-	MaxRetries    = 100
-	MaxAttempts   = 100
-	MaxTimeout    = 7 * 86400
-	MaxQueueWait  = 30 * 86400
-	shorthandRole = "main"
-	// DefaultPriority is a run's priority unless it says otherwise; MaxPriority the highest.
-	DefaultPriority = 50
-	MaxPriority     = 100
-)
-
-var (
-	// IDPattern is run_id's and node_id's shape.
-	IDPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	namePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-z0-9._:/-]{0,127})?$`)
-)
+// shorthandRole is the one role of a run that gives top-level needs.
+const shorthandRole = "main"
 
 // Submit decodes POST /v1/runs. It returns the run to store — without its owner, which the
 // handler knows — or every problem found.
-func Submit(body []byte) (store.NewRun, []problem.FieldError) {
+func Submit(body []byte) (wire.NewRun, []problem.FieldError) {
 	var errs []problem.FieldError
 	o := root(body, &errs)
 	if o == nil {
-		return store.NewRun{}, errs
+		return wire.NewRun{}, errs
 	}
-	var r store.NewRun
+	var r wire.NewRun
 	r.RunID = id(o, "run_id")
-	priority, _ := o.integer("priority", DefaultPriority, 0, MaxPriority)
+	priority, _ := o.integer("priority", wire.DefaultPriority, 0, wire.MaxPriority)
 	r.Priority = int(priority)
 	r.Roles = roles(o)
 	r.Steps = steps(o, r.Roles)
-	maxAttempts, _ := o.integer("max_attempts", 1, 1, MaxAttempts)
+	maxAttempts, _ := o.integer("max_attempts", 1, 1, wire.MaxAttempts)
 	r.MaxAttempts = int(maxAttempts)
-	r.TimeoutSeconds = optionalInt(o, "timeout_seconds", MaxTimeout)
-	r.QueueTimeoutSeconds = optionalInt(o, "queue_timeout_seconds", MaxQueueWait)
+	r.TimeoutSeconds = optionalInt(o, "timeout_seconds", wire.MaxTimeoutSeconds)
+	r.QueueTimeoutSeconds = optionalInt(o, "queue_timeout_seconds", wire.MaxQueueWaitSeconds)
 	r.WaitForCapacity = o.boolean("wait_for_capacity")
-	r.Metadata, _ = o.raw("metadata", MaxMetaBytes, true)
+	r.Metadata, _ = o.raw("metadata", wire.MaxMetadataBytes, true)
 	if r.Metadata == nil {
 		r.Metadata = json.RawMessage(`{}`)
 	}
 	o.done()
 	if len(errs) > 0 {
-		return store.NewRun{}, errs
+		return wire.NewRun{}, errs
 	}
 	r.RequestHash = hashRun(r)
 	return r, nil
 }
 
-// StepIDPattern is a step id's and a role name's shape.
-var StepIDPattern = namePattern
-
 // id reads a required identifier in IDPattern's shape.
 func id(o *object, key string) string {
 	s, ok := o.str(key, true)
-	if ok && !IDPattern.MatchString(s) {
-		o.fail(key, "must match "+IDPattern.String())
+	if ok && !wire.IDPattern.MatchString(s) {
+		o.fail(key, "must match "+wire.IDPattern.String())
 		return ""
 	}
 	return s
 }
 
 // roles reads either `roles` or the one-role shorthand `needs`, sorted by name.
-func roles(o *object) []store.NewRole {
+func roles(o *object) []wire.NewRole {
 	rolesV, hasRoles := o.get("roles", false)
 	needsV, hasNeeds := o.get("needs", false)
 	switch {
@@ -88,7 +63,7 @@ func roles(o *object) []store.NewRole {
 		o.fail("needs", "give either roles or needs (the one-role shorthand), not both")
 		return nil
 	case hasNeeds:
-		return []store.NewRole{{Name: shorthandRole, Needs: labels(o, "needs", needsV)}}
+		return []wire.NewRole{{Name: shorthandRole, Needs: labels(o, "needs", needsV)}}
 	case !hasRoles:
 		o.fail("roles", "is required (or needs, for a run on one node)")
 		return nil
@@ -97,8 +72,8 @@ func roles(o *object) []store.NewRole {
 	if ro == nil {
 		return nil
 	}
-	if len(ro.m) == 0 || len(ro.m) > MaxRoles {
-		o.fail("roles", fmt.Sprintf("must have from 1 to %d roles", MaxRoles))
+	if len(ro.m) == 0 || len(ro.m) > wire.MaxRoles {
+		o.fail("roles", fmt.Sprintf("must have from 1 to %d roles", wire.MaxRoles))
 		return nil
 	}
 	names := make([]string, 0, len(ro.m))
@@ -106,11 +81,11 @@ func roles(o *object) []store.NewRole {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var out []store.NewRole
+	var out []wire.NewRole
 	for _, name := range names {
 		ro.read[name] = true
-		if !namePattern.MatchString(name) {
-			ro.fail(name, "a role name must match "+namePattern.String())
+		if !wire.NamePattern.MatchString(name) {
+			ro.fail(name, "a role name must match "+wire.NamePattern.String())
 			continue
 		}
 		role := newObject(ro.m[name], join("roles", name), o.errs)
@@ -118,14 +93,14 @@ func roles(o *object) []store.NewRole {
 			continue
 		}
 		needsV, _ := role.get("needs", true)
-		out = append(out, store.NewRole{Name: name, Needs: labels(role, "needs", needsV)})
+		out = append(out, wire.NewRole{Name: name, Needs: labels(role, "needs", needsV)})
 		role.done()
 	}
 	return out
 }
 
 // labels reads a role's needs: a set of labels, sorted and without duplicates.
-func labels(o *object, key string, v any) []string { return labelsUpTo(o, key, v, MaxNeeds) }
+func labels(o *object, key string, v any) []string { return labelsUpTo(o, key, v, wire.MaxNeeds) }
 
 // labelsUpTo reads a list of at most limit labels, sorted and without duplicates.
 func labelsUpTo(o *object, key string, v any, limit int) []string {
@@ -144,8 +119,8 @@ func labelsUpTo(o *object, key string, v any, limit int) []string {
 	set := map[string]bool{}
 	for i, v := range list {
 		s, ok := v.(string)
-		if !ok || !labelPattern.MatchString(s) {
-			o.failAt(item(o.path, key, i), "must be a label matching "+labelPattern.String())
+		if !ok || !wire.LabelPattern.MatchString(s) {
+			o.failAt(item(o.path, key, i), "must be a label matching "+wire.LabelPattern.String())
 			continue
 		}
 		set[s] = true
@@ -158,8 +133,8 @@ func labelsUpTo(o *object, key string, v any, limit int) []string {
 	return out
 }
 
-func steps(o *object, roles []store.NewRole) []store.NewStep {
-	list, ok := o.array("steps", true, MaxSteps)
+func steps(o *object, roles []wire.NewRole) []wire.NewStep {
+	list, ok := o.array("steps", true, wire.MaxSteps)
 	if !ok {
 		return nil
 	}
@@ -172,7 +147,7 @@ func steps(o *object, roles []store.NewRole) []store.NewStep {
 		known[r.Name] = true
 	}
 	shorthand := len(roles) == 1 && roles[0].Name == shorthandRole
-	var out []store.NewStep
+	var out []wire.NewStep
 	index := map[string]int{}
 	for i, v := range list {
 		path := fmt.Sprintf("steps[%d]", i)
@@ -180,7 +155,7 @@ func steps(o *object, roles []store.NewRole) []store.NewStep {
 		if so == nil {
 			continue
 		}
-		st := store.NewStep{ID: name(so, "id")}
+		st := wire.NewStep{ID: name(so, "id")}
 		role, hasRole := so.str("role", false)
 		switch {
 		case !hasRole && shorthand:
@@ -192,11 +167,11 @@ func steps(o *object, roles []store.NewRole) []store.NewStep {
 		}
 		st.Role = role
 		st.After = afterList(so)
-		st.Spec, _ = so.raw("spec", MaxSpecBytes, true)
+		st.Spec, _ = so.raw("spec", wire.MaxSpecBytes, true)
 		if st.Spec == nil {
 			st.Spec = json.RawMessage(`{}`)
 		}
-		retries, _ := so.integer("retries", 0, 0, MaxRetries)
+		retries, _ := so.integer("retries", 0, 0, wire.MaxRetries)
 		st.Retries = int(retries)
 		so.done()
 		if st.ID != "" {
@@ -216,7 +191,7 @@ func steps(o *object, roles []store.NewRole) []store.NewStep {
 	return out
 }
 
-func hasStepFor(steps []store.NewStep, role string) bool {
+func hasStepFor(steps []wire.NewStep, role string) bool {
 	for _, s := range steps {
 		if s.Role == role {
 			return true
@@ -227,15 +202,15 @@ func hasStepFor(steps []store.NewStep, role string) bool {
 
 func name(o *object, key string) string {
 	s, ok := o.str(key, true)
-	if ok && !namePattern.MatchString(s) {
-		o.fail(key, "must match "+namePattern.String())
+	if ok && !wire.NamePattern.MatchString(s) {
+		o.fail(key, "must match "+wire.NamePattern.String())
 		return ""
 	}
 	return s
 }
 
 func afterList(so *object) []string {
-	list, ok := so.array("after", false, MaxSteps)
+	list, ok := so.array("after", false, wire.MaxSteps)
 	if !ok {
 		return []string{}
 	}
@@ -243,7 +218,7 @@ func afterList(so *object) []string {
 	out := []string{}
 	for i, v := range list {
 		s, isStr := v.(string)
-		if !isStr || !namePattern.MatchString(s) {
+		if !isStr || !wire.NamePattern.MatchString(s) {
 			so.failAt(item(so.path, "after", i), "must be a step id")
 			continue
 		}
@@ -259,7 +234,7 @@ func afterList(so *object) []string {
 }
 
 // checkGraph: every `after` names a step of this run, and the steps form no cycle.
-func checkGraph(o *object, steps []store.NewStep, index map[string]int) {
+func checkGraph(o *object, steps []wire.NewStep, index map[string]int) {
 	for i, s := range steps {
 		for j, a := range s.After {
 			if _, ok := index[a]; !ok {
@@ -316,15 +291,15 @@ func optionalInt(o *object, key string, maxValue int64) *int {
 //
 // The priority counts only when it is not the default, so that a run stored before runs had a
 // priority still answers 200 to the same request again.
-func hashRun(r store.NewRun) []byte {
+func hashRun(r wire.NewRun) []byte {
 	var priority *int
-	if r.Priority != DefaultPriority {
+	if r.Priority != wire.DefaultPriority {
 		priority = &r.Priority
 	}
 	canonical, _ := json.Marshal(struct {
 		RunID     string
-		Roles     []store.NewRole
-		Steps     []store.NewStep
+		Roles     []wire.NewRole
+		Steps     []wire.NewStep
 		Max       int
 		Timeout   *int
 		QueueWait *int

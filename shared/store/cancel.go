@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"mediator/shared/wire"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -65,12 +66,12 @@ func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error
 }
 
 func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) (CancelResult, error) {
-	if Terminal(lr.state) {
+	if wire.Final(lr.state) {
 		return CancelResult{}, ErrRunNotLive
 	}
-	if lr.state == Queued || p.Force || !slices.ContainsFunc(lr.steps, func(st reportStep) bool { return st.State == Running }) {
+	if lr.state == wire.Queued || p.Force || !slices.ContainsFunc(lr.steps, func(st reportStep) bool { return st.State == wire.Running }) {
 		ended, err := s.endRuns(ctx, tx, ending{
-			stmt: endCancelledStmt, from: lr.state, state: Cancelled, reason: ReasonCancelled, kind: "cancelled", pendingTo: Cancelled,
+			stmt: endCancelledStmt, from: lr.state, state: wire.Cancelled, reason: wire.ReasonCancelled, kind: "cancelled", pendingTo: wire.Cancelled,
 			args: named{"run_id": p.RunID, "cancel_reason": nullIfEmpty(p.Reason)},
 		})
 		return CancelResult{Settled: true, Released: ended.freed, CapacityAppeared: ended.madeRoom()}, err
@@ -78,8 +79,8 @@ func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p Can
 	after := make([]reportStep, len(lr.steps))
 	for i, st := range lr.steps {
 		after[i] = st
-		if st.State == Pending {
-			after[i].State = Cancelled
+		if st.State == wire.Pending {
+			after[i].State = wire.Cancelled
 		}
 	}
 	var released int

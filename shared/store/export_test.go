@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"mediator/shared/match"
+	"mediator/shared/wire"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -22,7 +23,7 @@ func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool
 
 // ReportHolding applies a report and, before committing it, calls then() while the run's lock
 // is still held: a test can queue another writer behind the report.
-func (s *Store) ReportHolding(ctx context.Context, p ReportParams, then func()) error {
+func (s *Store) ReportHolding(ctx context.Context, p wire.Report, then func()) error {
 	_, err := inTx(ctx, s, func(tx pgx.Tx) (struct{}, error) {
 		lr, err := lockRun(ctx, tx, lockTarget{RunID: p.RunID, NodeID: p.NodeID})
 		if err != nil {
@@ -73,14 +74,14 @@ const (
 
 // InsertPlaced stores run RUNNING on the nodes assigned, as Submit does after a match that
 // found them free and nothing queued: a test can queue another run in between.
-func (s *Store) InsertPlaced(ctx context.Context, run NewRun, assigned map[string]string) (string, error) {
-	stored, err := s.insertRun(ctx, run, Running, "", assigned)
+func (s *Store) InsertPlaced(ctx context.Context, run wire.NewRun, assigned map[string]string) (string, error) {
+	stored, err := s.insertRun(ctx, run, wire.Running, "", assigned)
 	return stored.state, err
 }
 
 // ReportAfter applies a report decided from the run as read before sql ran in the same
 // transaction: as if the lock had not kept what the report was decided from.
-func (s *Store) ReportAfter(ctx context.Context, p ReportParams, sql string) (ReportResult, error) {
+func (s *Store) ReportAfter(ctx context.Context, p wire.Report, sql string) (ReportResult, error) {
 	return pipelinedTx(ctx, s, func() pipelined[ReportResult] {
 		var lr lockedRun
 		var res ReportResult
@@ -131,7 +132,7 @@ func RunnableInGo(steps []TestStep, i int, cancelling bool) bool {
 	for j, s := range steps {
 		rs[j] = reportStep{ID: s.ID, Role: "main", State: s.State, After: s.After}
 	}
-	return rs[i].State == Pending && !cancelling && runnable(rs, rs[i])
+	return rs[i].State == wire.Pending && !cancelling && runnable(rs, rs[i])
 }
 
 // WakeStartSQL is the wake's first statement as s sends it.

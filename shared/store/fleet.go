@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"mediator/shared/match"
+	"mediator/shared/wire"
 )
 
 // Nodes leave the fleet by removal (DELETE /v1/nodes/{node_id}) or, silent past
@@ -44,7 +45,7 @@ func (s *Store) RemoveNode(ctx context.Context, nodeID string) (RemoveResult, er
 		var lost lostRun
 		if epoch != nil {
 			var err error
-			if lost, err = s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: ReasonNodeRemoved}); err != nil {
+			if lost, err = s.loseLease(ctx, tx, lostLease{leaseRef: leaseRef{nodeID, *epoch}, Reason: wire.ReasonNodeRemoved}); err != nil {
 				return lostRun{}, err
 			}
 		}
@@ -118,8 +119,8 @@ func (s *Store) failUnservable(ctx context.Context) (endedRuns, error) {
 		}
 		for {
 			ended, err := s.endRuns(ctx, s.pool, ending{
-				stmt: endUnservableStmt, from: Queued, state: Failed, reason: ReasonNoCapableNode,
-				kind: "unservable", pendingTo: Skipped,
+				stmt: endUnservableStmt, from: wire.Queued, state: wire.Failed, reason: wire.ReasonNoCapableNode,
+				kind: "unservable", pendingTo: wire.Skipped,
 				args: named{"shape": shape, "fleet": fleetPrint, "batch": unservableBatch},
 			})
 			if err != nil {

@@ -10,13 +10,14 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/localdev/pgcount"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // busy registers node (labels board) and places a run on it: the fleet's one board is taken.
 func busy(env *apitest.Env, node, runID string) {
 	env.T.Helper()
 	env.Heartbeat(node, "b1", false, "board")
-	if r := env.Submit(apitest.NewRun(runID, "board")); r.Run.State != store.Running {
+	if r := env.Submit(apitest.NewRun(runID, "board")); r.Run.State != wire.Running {
 		env.T.Fatalf("%s: %s", runID, r.Run.State)
 	}
 }
@@ -26,9 +27,9 @@ func busy(env *apitest.Env, node, runID string) {
 func finish(env *apitest.Env, node, runID string) store.ReportResult {
 	env.T.Helper()
 	var res store.ReportResult
-	for _, status := range []string{store.ReportStarted, store.ReportSucceeded} {
+	for _, status := range []string{wire.ReportStarted, wire.ReportSucceeded} {
 		var err error
-		res, err = env.Store.Report(context.Background(), store.ReportParams{
+		res, err = env.Store.Report(context.Background(), wire.Report{
 			RunID: runID, StepID: "s1", NodeID: node, BootID: "b1", Epoch: env.Epoch(node), Status: status, ExitCode: new(int),
 		})
 		if err != nil {
@@ -100,7 +101,7 @@ func TestAHoldTheWakeCannotUseIsLetGo(t *testing.T) {
 	busy(env, "A", "r1")
 	env.Heartbeat("G", "b1", false, "gpu")
 	wide := waiting("r2", "board")
-	wide.Roles = append(wide.Roles, store.NewRole{Name: "host", Needs: []string{"gpu"}}, store.NewRole{Name: "peer", Needs: []string{"board"}})
+	wide.Roles = append(wide.Roles, wire.NewRole{Name: "host", Needs: []string{"gpu"}}, wire.NewRole{Name: "peer", Needs: []string{"board"}})
 	env.Submit(wide) // two boards and the GPU: A alone will not do
 	res := finish(env, "A", "r1")
 	if !slices.Equal(res.Held, []string{"A"}) {

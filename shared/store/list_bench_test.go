@@ -7,6 +7,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // BenchmarkListQueuedRuns: one page of the newest queued runs (GET /v1/runs?state=QUEUED), each
@@ -17,7 +18,7 @@ func BenchmarkListQueuedRuns(b *testing.B) {
 			b.Run(fmt.Sprintf("queued=%d/limit=%d", depth, limit), func(b *testing.B) {
 				env := apitest.New(b)
 				seedQueue(b, env, depth)
-				p := store.ListRunsParams{Viewer: store.Viewer{Admin: true}, State: store.Queued, Limit: limit}
+				p := store.ListRunsParams{Viewer: store.Viewer{Admin: true}, State: wire.Queued, Limit: limit}
 				b.ResetTimer()
 				for range b.N {
 					runs, _, err := env.Store.ListRuns(context.Background(), p)
@@ -45,7 +46,7 @@ func BenchmarkListRunsOfARareState(b *testing.B) {
 		FROM generate_series($1::int, $1::int + 9999) i`, from)
 	}
 	env.Exec(`ANALYZE runs`)
-	p := store.ListRunsParams{Viewer: store.Viewer{Owner: "client:b"}, State: store.Failed, Limit: 20}
+	p := store.ListRunsParams{Viewer: store.Viewer{Owner: "client:b"}, State: wire.Failed, Limit: 20}
 	b.ResetTimer()
 	for range b.N {
 		if runs, _, err := env.Store.ListRuns(context.Background(), p); err != nil || len(runs) != 0 {

@@ -8,6 +8,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // A writer that waits for a run's lock must decide from the run as it is once it holds the
@@ -21,12 +22,12 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 	env.Heartbeat("A", "b1", false, "dut")
 	env.Heartbeat("B", "b1", false, "host")
 	pair := apitest.NewRun("pair")
-	pair.Roles = []store.NewRole{{Name: "dut", Needs: []string{"dut"}}, {Name: "host", Needs: []string{"host"}}}
-	pair.Steps = []store.NewStep{
+	pair.Roles = []wire.NewRole{{Name: "dut", Needs: []string{"dut"}}, {Name: "host", Needs: []string{"host"}}}
+	pair.Steps = []wire.NewStep{
 		{ID: "flash", Role: "host", After: []string{}, Spec: []byte(`{}`)},
 		{ID: "test", Role: "dut", After: []string{"flash"}, Spec: []byte(`{}`)},
 	}
-	if res := env.Submit(pair); res.Run.State != store.Running {
+	if res := env.Submit(pair); res.Run.State != wire.Running {
 		t.Fatalf("pair: %s", res.Run.State)
 	}
 	epoch := env.Epoch("B")
@@ -35,8 +36,8 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 	}
 	// flash succeeds; while that report holds the run, a cancel queues up behind it.
 	errs := make(chan error, 1)
-	err := env.Store.ReportHolding(ctx, store.ReportParams{RunID: "pair", StepID: "flash", NodeID: "B", BootID: "b1",
-		Epoch: epoch, Status: store.ReportSucceeded}, func() {
+	err := env.Store.ReportHolding(ctx, wire.Report{RunID: "pair", StepID: "flash", NodeID: "B", BootID: "b1",
+		Epoch: epoch, Status: wire.ReportSucceeded}, func() {
 		go func() {
 			_, err := env.Store.Cancel(ctx, store.CancelParams{RunID: "pair", Viewer: store.Viewer{Admin: true}})
 			errs <- err
@@ -51,7 +52,7 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 	}
 	// When the cancel held the run, flash had succeeded and test had not started: nothing was
 	// running, so the cancel settles the run at once.
-	if state := env.State("pair"); state != store.Cancelled {
+	if state := env.State("pair"); state != wire.Cancelled {
 		t.Fatalf("pair is %s; the cancel decided from the run as it was before it held the lock", state)
 	}
 	env.CheckInvariants()
@@ -85,22 +86,22 @@ func TestReportWriteRechecksItsLease(t *testing.T) {
 	env.Heartbeat("A", "b1", false, "board")
 	env.Submit(apitest.NewRun("r", "board"))
 	epoch := env.Epoch("A")
-	for _, status := range []string{store.ReportStarted, store.ReportSucceeded} {
-		if status == store.ReportSucceeded {
+	for _, status := range []string{wire.ReportStarted, wire.ReportSucceeded} {
+		if status == wire.ReportSucceeded {
 			if resp := env.Report("A", "b1", epoch, "r", "s1", "started"); resp.Status != 200 {
 				t.Fatal(resp)
 			}
 		}
 		events := env.Count(`SELECT count(*) FROM run_events`)
-		_, err := env.Store.ReportAfter(context.Background(), store.ReportParams{RunID: "r", StepID: "s1", NodeID: "A",
+		_, err := env.Store.ReportAfter(context.Background(), wire.Report{RunID: "r", StepID: "s1", NodeID: "A",
 			BootID: "b1", Epoch: epoch, Status: status}, `UPDATE leases SET epoch = epoch + 1000000`)
 		if !errors.Is(err, store.ErrStaleAssignment) {
 			t.Fatalf("%s under a lease that changed after the decision: %v", status, err)
 		}
 		env.Exec(`UPDATE leases SET epoch = epoch - 1000000`)
-		want := map[string]string{store.ReportStarted: store.Pending, store.ReportSucceeded: store.Running}[status]
+		want := map[string]string{wire.ReportStarted: wire.Pending, wire.ReportSucceeded: wire.Running}[status]
 		if n := env.Count(`SELECT count(*) FROM steps WHERE step_id = 's1' AND state = $1`, want); n != 1 ||
-			env.State("r") != store.Running || env.Count(`SELECT count(*) FROM leases`) != 1 ||
+			env.State("r") != wire.Running || env.Count(`SELECT count(*) FROM leases`) != 1 ||
 			env.Count(`SELECT count(*) FROM run_events`) != events {
 			t.Fatalf("%s refused, yet something was written", status)
 		}
@@ -131,11 +132,11 @@ func TestOnlyAWriterThatActsLocksAQueuedRun(t *testing.T) {
 			env.Submit(apitest.NewRun("younger", "board"))
 			env.Heartbeat("A", "b2", true, "board")  // A restarts, draining: older is requeued ahead
 			env.Heartbeat("B", "b1", false, "board") // a free board, and no wake yet
-			if env.State("older") != store.Queued || env.State("younger") != store.Queued {
+			if env.State("older") != wire.Queued || env.State("younger") != wire.Queued {
 				t.Fatalf("older %s, younger %s", env.State("older"), env.State("younger"))
 			}
 			err := env.Store.LockHolding(context.Background(), "older", tc.node, tc.owner, func() { env.Wake() })
-			if env.State("older") != store.Running || env.State("younger") != store.Queued {
+			if env.State("older") != wire.Running || env.State("younger") != wire.Queued {
 				t.Fatalf("younger overtook older while %s held it: older %s, younger %s",
 					tc.name, env.State("older"), env.State("younger"))
 			}

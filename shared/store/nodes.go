@@ -5,18 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mediator/shared/wire"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// HeartbeatParams is one node's advert.
-type HeartbeatParams struct {
-	NodeID   string
-	BootID   string
-	Labels   []string // sorted, without duplicates
-	Draining bool
-}
 
 // HeartbeatResult is what the node is told, and what the handler needs to decide on a wake.
 type HeartbeatResult struct {
@@ -80,7 +73,7 @@ const renewSlack = time.Second
 // A heartbeat that loses a race to another writer of the same node — a promotion onto the
 // boot it is replacing, a twin first heartbeat — was refused whole by a constraint, and is
 // simply tried again: the next try sees what the other writer committed.
-func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResult, error) {
+func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResult, error) {
 	args := named{
 		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
@@ -102,7 +95,7 @@ func (s *Store) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResu
 
 // heartbeatAfterRestart releases the lease held under the node's previous boot, then takes
 // the advert, in one transaction, the node locked first (lock.go).
-func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, args named) (HeartbeatResult, error) {
+func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, args named) (HeartbeatResult, error) {
 	return inTx(ctx, s, func(tx pgx.Tx) (HeartbeatResult, error) {
 		if _, err := heartbeatLockNodeStmt.exec(ctx, tx, p.NodeID); err != nil {
 			return HeartbeatResult{}, err
@@ -114,7 +107,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p HeartbeatParams, ar
 		released, own := 0, 0
 		var runs []string
 		for _, l := range stale {
-			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: ReasonNodeRestarted, BootNot: p.BootID})
+			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: wire.ReasonNodeRestarted, BootNot: p.BootID})
 			if err != nil {
 				return HeartbeatResult{}, err
 			}
@@ -174,7 +167,7 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
 	}
 	// Capacity appeared only if the node is now available to the queue.
-	res.CapacityAppeared = changed && res.Node.State == NodeIdle
+	res.CapacityAppeared = changed && res.Node.State == wire.NodeIdle
 	return res, false, nil
 }
 
@@ -211,7 +204,7 @@ func (s *Store) UndrainNode(ctx context.Context, nodeID string) (UndrainResult, 
 	if err != nil {
 		return UndrainResult{}, err
 	}
-	return UndrainResult{Node: n, CapacityAppeared: lifted != nil && *lifted && n.State == NodeIdle}, nil
+	return UndrainResult{Node: n, CapacityAppeared: lifted != nil && *lifted && n.State == wire.NodeIdle}, nil
 }
 
 // AvailableNode is a node the queue may be placed on now.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"mediator/localdev/apitest"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // elapse moves every time the reaper judges by d into the past, as if d had passed without a
@@ -30,7 +30,7 @@ func running(env *apitest.Env, nodes ...string) {
 	env.T.Helper()
 	for _, n := range nodes {
 		env.Heartbeat(n, "b1", false, "host="+n)
-		if res := env.Submit(apitest.NewRun("run-"+n, "host="+n)); res.Run.State != store.Running {
+		if res := env.Submit(apitest.NewRun("run-"+n, "host="+n)); res.Run.State != wire.Running {
 			env.T.Fatalf("run-%s: %s", n, res.Run.State)
 		}
 	}
@@ -51,7 +51,7 @@ func TestOutageGraceKeepsHealthyRuns(t *testing.T) {
 		t.Fatalf("after an outage longer than a lease: %+v; want 3 leases graced, none reaped", sum)
 	}
 	for _, n := range []string{"A", "B", "C"} {
-		if env.State("run-"+n) != store.Running {
+		if env.State("run-"+n) != wire.Running {
 			t.Fatalf("run-%s is %s", n, env.State("run-"+n))
 		}
 	}
@@ -69,7 +69,7 @@ func TestOutageGraceKeepsHealthyRuns(t *testing.T) {
 	env.Heartbeat("A", "b1", false, "host=A")
 	env.Heartbeat("B", "b1", false, "host=B")
 	sum = env.Reap()
-	if sum.OutageGrace != 0 || sum.Expired != 1 || env.State("run-C") != store.Failed || env.State("run-A") != store.Running {
+	if sum.OutageGrace != 0 || sum.Expired != 1 || env.State("run-C") != wire.Failed || env.State("run-A") != wire.Running {
 		t.Fatalf("one TTL after the grace: %+v, run-C %s, run-A %s", sum, env.State("run-C"), env.State("run-A"))
 	}
 	env.CheckInvariants()
@@ -85,7 +85,7 @@ func TestOutageGraceCoversNodesNotBackYet(t *testing.T) {
 	elapse(env, 3*leaseTTL(env), false)
 	env.Heartbeat("A", "b1", false, "host=A") // the first heartbeat after the silence
 	sum := env.Reap()
-	if sum.OutageGrace != 1 || sum.Expired != 0 || env.State("run-B") != store.Running {
+	if sum.OutageGrace != 1 || sum.Expired != 0 || env.State("run-B") != wire.Running {
 		t.Fatalf("B, not back yet after the outage: %+v, run-B %s", sum, env.State("run-B"))
 	}
 }
@@ -98,7 +98,7 @@ func TestOneDeadNodeInALiveFleetIsReapedOnTime(t *testing.T) {
 	elapse(env, leaseTTL(env)+time.Second, true)
 	env.Heartbeat("A", "b1", false, "host=A")
 	sum := env.Reap()
-	if sum.OutageGrace != 0 || sum.Expired != 1 || env.State("run-B") != store.Failed {
+	if sum.OutageGrace != 0 || sum.Expired != 1 || env.State("run-B") != wire.Failed {
 		t.Fatalf("the dead node B: %+v, run-B %s", sum, env.State("run-B"))
 	}
 }
@@ -114,7 +114,7 @@ func TestAFleetOfOneDeadNodeIsReapedAfterOneGrace(t *testing.T) {
 		t.Fatalf("first reap: %+v", sum)
 	}
 	elapse(env, leaseTTL(env)+time.Second, false)
-	if sum := env.Reap(); sum.OutageGrace != 0 || sum.Expired != 1 || env.State("run-A") != store.Failed {
+	if sum := env.Reap(); sum.OutageGrace != 0 || sum.Expired != 1 || env.State("run-A") != wire.Failed {
 		t.Fatalf("one TTL later: %+v, run-A %s", sum, env.State("run-A"))
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"mediator/shared/wire"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -26,7 +27,7 @@ func (s *Store) SetPriority(ctx context.Context, runID string, priority int) (Pr
 		if err != nil {
 			return PriorityResult{}, err
 		}
-		if lr.state != Queued {
+		if lr.state != wire.Queued {
 			return PriorityResult{}, ErrRunNotQueued
 		}
 		var changed int

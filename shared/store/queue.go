@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"mediator/shared/match"
+	"mediator/shared/wire"
 )
 
 var queueViewStmt = stmt("queue_view")
@@ -89,7 +90,7 @@ func capacityFor(needs [][]string, fleet []Node) (capable, available int, placea
 		for _, r := range roles {
 			if match.Satisfies(n.Labels, r.Needs) {
 				capable++
-				if n.State == NodeIdle {
+				if n.State == wire.NodeIdle {
 					available++
 					free = append(free, match.Node{ID: n.NodeID, Labels: n.Labels, Available: true})
 				}
@@ -103,7 +104,7 @@ func capacityFor(needs [][]string, fleet []Node) (capable, available int, placea
 
 // Shape is the canonical signature of a run's needs: each role's needs sorted, the roles
 // sorted. Runs of one shape compete for exactly the same nodes.
-func Shape(roles []NewRole) string {
+func Shape(roles []wire.NewRole) string {
 	needs := make([][]string, len(roles))
 	for i, r := range roles {
 		needs[i] = append([]string{}, r.Needs...)

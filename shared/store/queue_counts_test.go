@@ -13,6 +13,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Queue positions and the queue view are read from per-bucket counts (queue_counts) that the
@@ -93,7 +94,7 @@ func TestQueuePositionsAreExactUnderConcurrency(t *testing.T) {
 	}
 	// Promotions: each new node takes the head of the board queue.
 	work("promote", 40, func(r *rand.Rand, i int) error {
-		if _, err := env.Store.Heartbeat(ctx, store.HeartbeatParams{NodeID: fmt.Sprintf("n%d", i), BootID: "b",
+		if _, err := env.Store.Heartbeat(ctx, wire.Heartbeat{NodeID: fmt.Sprintf("n%d", i), BootID: "b",
 			Labels: []string{"board"}}); err != nil {
 			return err
 		}
@@ -169,7 +170,7 @@ func checkQueueReads(t *testing.T, env *apitest.Env) {
 		}
 	}
 	listed := map[string]int{}
-	p := store.ListRunsParams{Viewer: admin, State: store.Queued, Limit: 100}
+	p := store.ListRunsParams{Viewer: admin, State: wire.Queued, Limit: 100}
 	for {
 		page, next, err := env.Store.ListRuns(ctx, p)
 		if err != nil {
@@ -211,7 +212,7 @@ func checkQueueReads(t *testing.T, env *apitest.Env) {
 		t.Fatalf("queue view has %d shapes, want %d", len(view), len(want))
 	}
 	for _, e := range view {
-		shape := store.Shape([]store.NewRole{{Needs: e.Needs[0]}})
+		shape := store.Shape([]wire.NewRole{{Needs: e.Needs[0]}})
 		s := want[shape]
 		if s == nil || e.Queued != s.queued {
 			t.Fatalf("%s: %d queued in the view, want %+v", shape, e.Queued, s)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"mediator/shared/wire"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -191,7 +192,7 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
 	o, err := inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
 		return s.loseLease(ctx, tx, lostLease{
-			leaseRef: l, Reason: ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
+			leaseRef: l, Reason: wire.ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
 		})
 	})
 	return o.lost, o.released, err
@@ -199,23 +200,23 @@ func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released 
 
 func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.Cancelled, sum, ending{
-		stmt: endCancelGraceStmt, from: Running, state: Cancelled, reason: ReasonCancelled,
-		kind: "cancel_grace_expired", pendingTo: Cancelled,
+		stmt: endCancelGraceStmt, from: wire.Running, state: wire.Cancelled, reason: wire.ReasonCancelled,
+		kind: "cancel_grace_expired", pendingTo: wire.Cancelled,
 		args: named{"grace": s.set.CancelGrace.Seconds()},
 	})
 }
 
 func (s *Store) reapTimeouts(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.TimedOut, sum, ending{
-		stmt: endTimedOutStmt, from: Running, state: Failed, reason: ReasonTimeout,
-		kind: "timed_out", pendingTo: Cancelled,
+		stmt: endTimedOutStmt, from: wire.Running, state: wire.Failed, reason: wire.ReasonTimeout,
+		kind: "timed_out", pendingTo: wire.Cancelled,
 	})
 }
 
 func (s *Store) reapQueueTimeouts(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.QueueTimedOut, sum, ending{
-		stmt: endQueueTimedOutStmt, from: Queued, state: Failed, reason: ReasonQueueTimeout,
-		kind: "queue_timed_out", pendingTo: Skipped,
+		stmt: endQueueTimedOutStmt, from: wire.Queued, state: wire.Failed, reason: wire.ReasonQueueTimeout,
+		kind: "queue_timed_out", pendingTo: wire.Skipped,
 	})
 }
 

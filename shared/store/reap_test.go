@@ -10,6 +10,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/localdev/pgcount"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // An expired lease is reaped: its run is requeued (attempts left) or FAILED lease_expired, and
@@ -32,7 +33,7 @@ func TestReapExpiredLease(t *testing.T) {
 			}
 			switch attempts {
 			case 1:
-				if env.State("held") != store.Failed || env.State("waiting") != store.Running {
+				if env.State("held") != wire.Failed || env.State("waiting") != wire.Running {
 					t.Fatalf("held %s, waiting %s", env.State("held"), env.State("waiting"))
 				}
 				if n := env.Count(`SELECT count(*) FROM runs WHERE run_id = 'held' AND reason = 'lease_expired'`); n != 1 {
@@ -40,7 +41,7 @@ func TestReapExpiredLease(t *testing.T) {
 				}
 			case 2:
 				// Requeued in its original place, ahead of the run that came later.
-				if env.State("held") != store.Running || env.State("waiting") != store.Queued ||
+				if env.State("held") != wire.Running || env.State("waiting") != wire.Queued ||
 					env.Count(`SELECT attempt FROM runs WHERE run_id = 'held'`) != 2 {
 					t.Fatalf("held %s, waiting %s", env.State("held"), env.State("waiting"))
 				}
@@ -64,7 +65,7 @@ func TestReapLosesToARenewal(t *testing.T) {
 	if err != nil || lost {
 		t.Fatalf("a renewed lease was reaped (%v)", err)
 	}
-	if env.State("r") != store.Running || env.Epoch("A") != int64(epoch) {
+	if env.State("r") != wire.Running || env.Epoch("A") != int64(epoch) {
 		t.Fatalf("r %s, epoch %d", env.State("r"), env.Epoch("A"))
 	}
 }
@@ -145,11 +146,11 @@ func TestReapFindsStrandedRuns(t *testing.T) {
 	r.WaitForCapacity = true
 	env.Submit(r)
 	env.Heartbeat("A", "b1", false, "board") // the store alone: no handler, so no wake
-	if env.State("stranded") != store.Queued {
+	if env.State("stranded") != wire.Queued {
 		t.Fatal("setup: the run was placed")
 	}
 	sum := env.Reap()
-	if sum.Stranded != 1 || sum.Promoted != 0 || env.State("stranded") != store.Running {
+	if sum.Stranded != 1 || sum.Promoted != 0 || env.State("stranded") != wire.Running {
 		t.Fatalf("summary %+v, state %s", sum, env.State("stranded"))
 	}
 	r.RunID = "waiting"

@@ -2,30 +2,11 @@ package store
 
 import (
 	"context"
+	"mediator/shared/wire"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// Report statuses a node may send.
-const (
-	ReportStarted   = "started"
-	ReportSucceeded = "succeeded"
-	ReportFailed    = "failed"
-	ReportCancelled = "cancelled"
-)
-
-// ReportParams is one step report, fenced by node, boot and lease epoch.
-type ReportParams struct {
-	RunID, StepID   string
-	NodeID, BootID  string
-	Epoch           int64
-	Status          string
-	ExitCode        *int
-	Message, Output *string
-	// Outputs are a succeeded step's outputs for the steps that wait for it (nil for none).
-	Outputs map[string]string
-}
 
 // ReportResult is what a report did.
 type ReportResult struct {
@@ -72,7 +53,7 @@ var (
 // dependents of a failed step (SKIPPED), the node's lease once its steps are all final
 // (partial release), and the run once every step is (settle). The caller wakes the queue
 // after it when CapacityAppeared.
-func (s *Store) Report(ctx context.Context, p ReportParams) (ReportResult, error) {
+func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error) {
 	return pipelinedTx(ctx, s, func() pipelined[ReportResult] {
 		var lr lockedRun
 		var res ReportResult
@@ -108,7 +89,7 @@ func (s *Store) queueReportRead(b *pgx.Batch, node string, res *ReportResult) {
 
 // planReport decides what the report does to the run as locked, puts the answer in res and
 // queues the write (nothing when the report changes nothing).
-func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) error {
+func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) error {
 	if err := lr.locked(lockTarget{RunID: p.RunID, NodeID: p.NodeID}); err != nil {
 		return err
 	}
@@ -126,10 +107,10 @@ func planReport(lr lockedRun, p ReportParams, b *pgx.Batch, res *ReportResult) e
 		*res = ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}
 		return nil
 	}
-	if runState != Running || epoch == nil || *epoch != p.Epoch || *boot != p.BootID || *role != st.Role {
+	if runState != wire.Running || epoch == nil || *epoch != p.Epoch || *boot != p.BootID || *role != st.Role {
 		return ErrStaleAssignment
 	}
-	if Terminal(st.State) {
+	if wire.Final(st.State) {
 		return ErrResultConflict
 	}
 	d, err := decide(steps, i, p, cancelling)
@@ -189,40 +170,40 @@ type decision struct {
 	after   []reportStep // the steps as they will be
 }
 
-func decide(steps []reportStep, i int, p ReportParams, cancelling bool) (decision, error) {
+func decide(steps []reportStep, i int, p wire.Report, cancelling bool) (decision, error) {
 	st := steps[i]
 	d := decision{tries: st.Tries}
 	switch p.Status {
-	case ReportStarted:
-		if st.State == Running {
+	case wire.ReportStarted:
+		if st.State == wire.Running {
 			return decision{}, ErrResultConflict // started under another epoch
 		}
 		if cancelling || !runnable(steps, st) {
 			return decision{}, ErrNotRunnable
 		}
-		d.state, d.tries = Running, st.Tries+1
-	case ReportSucceeded, ReportFailed:
-		if st.State != Running {
+		d.state, d.tries = wire.Running, st.Tries+1
+	case wire.ReportSucceeded, wire.ReportFailed:
+		if st.State != wire.Running {
 			return decision{}, ErrNotRunnable // report started first
 		}
 		d.state = reportedState(p.Status)
-		if p.Status == ReportFailed && st.Tries <= st.Retries && !cancelling {
-			d.state = Pending // a retry: back on the same node, nothing freed
+		if p.Status == wire.ReportFailed && st.Tries <= st.Retries && !cancelling {
+			d.state = wire.Pending // a retry: back on the same node, nothing freed
 		}
-	case ReportCancelled:
-		d.state = Cancelled
+	case wire.ReportCancelled:
+		d.state = wire.Cancelled
 	}
 	d.after = slices.Clone(steps)
 	d.after[i].State, d.after[i].Tries = d.state, d.tries
-	if d.state == Failed || d.state == Cancelled {
+	if d.state == wire.Failed || d.state == wire.Cancelled {
 		d.skip = dependents(d.after, st.ID)
 		for j := range d.after {
 			if slices.Contains(d.skip, d.after[j].ID) {
-				d.after[j].State = Skipped
+				d.after[j].State = wire.Skipped
 			}
 		}
 	}
-	if !Terminal(d.state) {
+	if !wire.Final(d.state) {
 		return d, nil
 	}
 	// A role whose steps were final before this report was released then; releasing it
@@ -237,13 +218,13 @@ func decide(steps []reportStep, i int, p ReportParams, cancelling bool) (decisio
 // settledState: SUCCEEDED iff every step succeeded; else CANCELLED if a cancel was
 // requested; else FAILED step_failed.
 func settledState(steps []reportStep, cancelling bool) (string, string) {
-	if !slices.ContainsFunc(steps, func(s reportStep) bool { return s.State != Succeeded }) {
-		return Succeeded, ""
+	if !slices.ContainsFunc(steps, func(s reportStep) bool { return s.State != wire.Succeeded }) {
+		return wire.Succeeded, ""
 	}
 	if cancelling {
-		return Cancelled, ReasonCancelled
+		return wire.Cancelled, wire.ReasonCancelled
 	}
-	return Failed, ReasonStepFailed
+	return wire.Failed, wire.ReasonStepFailed
 }
 
 // dependents are the PENDING steps that wait, directly or not, for step id.
@@ -254,7 +235,7 @@ func dependents(steps []reportStep, id string) []string {
 		cur := frontier[0]
 		frontier = frontier[1:]
 		for _, s := range steps {
-			if s.State == Pending && slices.Contains(s.After, cur) && !slices.Contains(out, s.ID) {
+			if s.State == wire.Pending && slices.Contains(s.After, cur) && !slices.Contains(out, s.ID) {
 				out = append(out, s.ID)
 				frontier = append(frontier, s.ID)
 			}
@@ -267,7 +248,7 @@ func dependents(steps []reportStep, id string) []string {
 // requested — the callers check). sql/rules.sql's runnable is its SQL twin.
 func runnable(steps []reportStep, st reportStep) bool {
 	for _, dep := range st.After {
-		if j := slices.IndexFunc(steps, func(s reportStep) bool { return s.ID == dep }); j < 0 || steps[j].State != Succeeded {
+		if j := slices.IndexFunc(steps, func(s reportStep) bool { return s.ID == dep }); j < 0 || steps[j].State != wire.Succeeded {
 			return false
 		}
 	}
@@ -288,7 +269,7 @@ func finalRoles(steps []reportStep) []string {
 // allFinal reports whether every step of role ("" for the whole run) is final.
 func allFinal(steps []reportStep, role string) bool {
 	for _, s := range steps {
-		if (role == "" || s.Role == role) && !Terminal(s.State) {
+		if (role == "" || s.Role == role) && !wire.Final(s.State) {
 			return false
 		}
 	}
@@ -299,7 +280,7 @@ func allFinal(steps []reportStep, role string) bool {
 func (d decision) next(role string) []string {
 	out := []string{}
 	for _, s := range d.after {
-		if s.Role == role && s.State == Pending && runnable(d.after, s) {
+		if s.Role == role && s.State == wire.Pending && runnable(d.after, s) {
 			out = append(out, s.ID)
 		}
 	}
@@ -308,21 +289,21 @@ func (d decision) next(role string) []string {
 
 func reportedState(status string) string {
 	switch status {
-	case ReportStarted:
-		return Running
-	case ReportSucceeded:
-		return Succeeded
-	case ReportFailed:
-		return Failed
-	case ReportCancelled:
-		return Cancelled
+	case wire.ReportStarted:
+		return wire.Running
+	case wire.ReportSucceeded:
+		return wire.Succeeded
+	case wire.ReportFailed:
+		return wire.Failed
+	case wire.ReportCancelled:
+		return wire.Cancelled
 	}
 	return ""
 }
 
 // sameCode: a terminal report repeated must carry the same exit code to be the same report.
 func sameCode(stored, reported *int, state string) bool {
-	if !Terminal(state) {
+	if !wire.Final(state) {
 		return true
 	}
 	if stored == nil || reported == nil {

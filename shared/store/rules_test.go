@@ -15,6 +15,7 @@ import (
 	"mediator/localdev/testdb"
 	"mediator/shared/match"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Where a rule has a Go twin, these tests hold the two together on a real server: the rule as
@@ -144,7 +145,7 @@ func TestRunnableInGoIsRunnableInSQL(t *testing.T) {
 	ctx := context.Background()
 	runnableSQL := store.RuleSQL(`/* test */ SELECT s.step_id, {{runnable s r}} FROM steps s JOIN runs r ON r.run_id = s.run_id
 		WHERE s.run_id = $1 ORDER BY s.ordinal`)
-	states := []string{store.Pending, store.Running, store.Succeeded, store.Failed, store.Cancelled, store.Skipped}
+	states := []string{wire.Pending, wire.Running, wire.Succeeded, wire.Failed, wire.Cancelled, wire.Skipped}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 40 {
 		runID, cancelling := fmt.Sprintf("r%d", trial), trial%5 == 0
@@ -165,7 +166,7 @@ func TestRunnableInGoIsRunnableInSQL(t *testing.T) {
 			}
 			steps = append(steps, st)
 			finished := any(nil)
-			if store.Terminal(st.State) {
+			if wire.Final(st.State) {
 				finished = time.Now()
 			}
 			if _, err := conn.Exec(ctx, `INSERT INTO steps (run_id, step_id, role, ordinal, after, state, finished_at, tries, retries)

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"regexp"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"mediator/localdev/testdb"
 	"mediator/migrations"
-	"mediator/shared/request"
 	"mediator/shared/store"
 )
 
@@ -288,27 +286,5 @@ func TestLockTimeoutBoundsTheWaitAtCommit(t *testing.T) {
 	}
 	if !errors.Is(store.Translate(err), store.ErrUnavailable) {
 		t.Fatalf("the store took %v for something other than unavailable", store.Translate(err))
-	}
-}
-
-// The identifier patterns are written twice, in the request decoder (which answers 400 with the
-// path) and in the schema's CHECKs (the last line of defence): the two must be one pattern.
-func TestIDPatternsInGoAreTheSchemas(t *testing.T) {
-	t.Parallel()
-	conn := withFixture(t)
-	for constraint, want := range map[string]string{
-		"mediator_id_format":    request.IDPattern.String(),
-		"nodes_boot_id_format":  request.IDPattern.String(),
-		"run_roles_role_format": request.StepIDPattern.String(),
-	} {
-		var def string
-		if err := conn.QueryRow(context.Background(),
-			`SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = $1`, constraint).Scan(&def); err != nil {
-			t.Fatalf("%s: %v", constraint, err)
-		}
-		m := regexp.MustCompile(`~ '(.*)'::text`).FindStringSubmatch(def)
-		if m == nil || m[1] != want {
-			t.Errorf("%s is %s; the request decoder checks %s", constraint, def, want)
-		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"mediator/shared/wire"
 	"regexp"
 	"slices"
 	"sort"
@@ -37,14 +38,23 @@ var sqlFiles embed.FS
 
 // sqlConstants are the Go values statements may name: each is defined once, in Go.
 var sqlConstants = map[string]string{
-	"QUEUED": quote(Queued), "RUNNING": quote(Running), "SUCCEEDED": quote(Succeeded),
-	"FAILED": quote(Failed), "CANCELLED": quote(Cancelled), "PENDING": quote(Pending), "SKIPPED": quote(Skipped),
-	"IDLE": quote(NodeIdle), "LEASED": quote(NodeLeased), "DRAINING": quote(NodeDraining), "OFFLINE": quote(NodeOffline),
-	"reason_cancelled": quote(ReasonCancelled),
-	"walkFree":         strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
+	"QUEUED": quote(wire.Queued), "RUNNING": quote(wire.Running), "SUCCEEDED": quote(wire.Succeeded),
+	"FAILED": quote(wire.Failed), "CANCELLED": quote(wire.Cancelled), "PENDING": quote(wire.Pending), "SKIPPED": quote(wire.Skipped),
+	"IDLE": quote(wire.NodeIdle), "LEASED": quote(wire.NodeLeased), "DRAINING": quote(wire.NodeDraining), "OFFLINE": quote(wire.NodeOffline),
+	"FINAL_RUN_STATES": quoteAll(wire.FinalRunStates), "reason_cancelled": quote(wire.ReasonCancelled),
+	"walkFree": strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// quoteAll is a list of values for IN (...).
+func quoteAll(list []string) string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = quote(s)
+	}
+	return strings.Join(out, ", ")
+}
 
 // statement is one named SQL statement, expanded.
 type statement struct {

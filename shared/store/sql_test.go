@@ -1,6 +1,7 @@
 package store
 
 import (
+	"mediator/shared/wire"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -82,7 +83,7 @@ func TestEveryListFilterExpands(t *testing.T) {
 	for mask := range 16 {
 		p := ListRunsParams{Viewer: Viewer{Admin: mask&1 == 0, Owner: "client:a"}, Limit: 10}
 		if mask&2 != 0 {
-			p.State = Queued
+			p.State = wire.Queued
 		}
 		if mask&4 != 0 {
 			p.Priority = &seven

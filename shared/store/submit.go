@@ -15,42 +15,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"mediator/shared/match"
+	"mediator/shared/wire"
 )
 
 var (
 	submitInsertStmt   = stmt("submit_insert")
 	runFingerprintStmt = stmt("run_fingerprint")
 )
-
-// NewRun is a validated submission (shared/request builds it).
-type NewRun struct {
-	RunID               string
-	Owner               string // set by the handler from the principal
-	Priority            int    // 0 to 100, higher first
-	RequestHash         []byte
-	Roles               []NewRole // sorted by name
-	Steps               []NewStep // in request order
-	MaxAttempts         int
-	TimeoutSeconds      *int
-	QueueTimeoutSeconds *int
-	WaitForCapacity     bool
-	Metadata            json.RawMessage
-}
-
-// NewRole is a role and its needs (sorted, no duplicates).
-type NewRole struct {
-	Name  string
-	Needs []string
-}
-
-// NewStep is a step as submitted.
-type NewStep struct {
-	ID      string          `json:"id"`
-	Role    string          `json:"role"`
-	After   []string        `json:"after"`
-	Spec    json.RawMessage `json:"spec"`
-	Retries int             `json:"retries"`
-}
 
 // Outcome is how a submission ended.
 type Outcome int
@@ -81,7 +52,7 @@ type Verdict struct {
 }
 
 // DryRun says whether the fleet could serve run now, and with which nodes. Nothing is stored.
-func (s *Store) DryRun(ctx context.Context, run NewRun) (Verdict, error) {
+func (s *Store) DryRun(ctx context.Context, run wire.NewRun) (Verdict, error) {
 	res, _, err := s.verdict(ctx, run)
 	if err != nil {
 		return Verdict{}, err
@@ -175,7 +146,7 @@ func spreadSeed(runID string) float64 {
 }
 
 // verdict matches run against the fleet, and says whether other runs are queued.
-func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, error) {
+func (s *Store) verdict(ctx context.Context, run wire.NewRun) (match.Result, bool, error) {
 	c := s.readCandidates(run)
 	if c.tooWide {
 		return c.place(), false, nil
@@ -193,7 +164,7 @@ func (s *Store) verdict(ctx context.Context, run NewRun) (match.Result, bool, er
 // candidateRead is one run's read of the fleet (submit_candidates) and what it found; in a
 // submit, also the queue as a wake would read it now (wake_start).
 type candidateRead struct {
-	run          NewRun
+	run          wire.NewRun
 	maxWidth     int
 	tooWide      bool // nothing to read: no run this wide is ever placed
 	st           statement
@@ -204,7 +175,7 @@ type candidateRead struct {
 	ahead        QueueRead
 }
 
-func (s *Store) readCandidates(run NewRun) *candidateRead {
+func (s *Store) readCandidates(run wire.NewRun) *candidateRead {
 	c := &candidateRead{run: run, maxWidth: s.set.MaxRunWidth, tooWide: len(run.Roles) > s.set.MaxRunWidth, queue: s.wakeStart}
 	if c.tooWide {
 		return c
@@ -259,7 +230,7 @@ func (c *candidateRead) place() match.Result {
 //
 // The read of the fleet and the insert are one transaction in two round trips: the read takes
 // no lock, so the transaction holds nothing while the match runs in Go.
-func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
+func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return SubmitResult{}, ErrLeaseTTL
 	}
@@ -274,18 +245,18 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 			read: c.read,
 			write: func(b *pgx.Batch) error {
 				out.res = c.place()
-				pl := placement{state: Running, behindQueue: c.queueWaiting}
+				pl := placement{state: wire.Running, behindQueue: c.queueWaiting}
 				switch {
 				case out.res.Verdict == match.TooWide:
-					pl.state, pl.reason = Failed, ReasonTooWide
+					pl.state, pl.reason = wire.Failed, wire.ReasonTooWide
 				case out.res.Verdict == match.Impossible && !run.WaitForCapacity:
-					pl.state, pl.reason = Failed, ReasonNoCapableNode
+					pl.state, pl.reason = wire.Failed, wire.ReasonNoCapableNode
 				case out.res.Verdict != match.Placeable:
-					pl.state, out.res.Assigned = Queued, nil
+					pl.state, out.res.Assigned = wire.Queued, nil
 				case c.queueWaiting:
 					var left []match.Node
 					if out.res.Assigned, left = c.ahead.leaves(run, c.nodes, c.maxWidth); out.res.Assigned == nil {
-						pl.state = Queued
+						pl.state = wire.Queued
 					}
 					pl.spare = spares(run, out.res.Assigned, left)
 				default:
@@ -301,7 +272,7 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 		// The node went to another run between the match and the insert: the whole
 		// transaction was rolled back, so storing the run QUEUED leaves nothing behind.
 		got.res.Assigned = nil
-		got.stored, err = s.insertRun(ctx, run, Queued, "", nil)
+		got.stored, err = s.insertRun(ctx, run, wire.Queued, "", nil)
 	}
 	if err != nil {
 		return SubmitResult{}, err
@@ -310,11 +281,11 @@ func (s *Store) Submit(ctx context.Context, run NewRun) (SubmitResult, error) {
 	if stored.state == "" {
 		return s.resubmitted(ctx, run)
 	}
-	out := SubmitResult{Run: stored.view(run), Placeable: stored.state == Queued && res.Verdict == match.Placeable}
+	out := SubmitResult{Run: stored.view(run), Placeable: stored.state == wire.Queued && res.Verdict == match.Placeable}
 	switch stored.state {
-	case Failed:
+	case wire.Failed:
 		out.Outcome, out.Unmet = Unservable, res.Unmet
-	case Queued:
+	case wire.Queued:
 		out.Outcome = Waiting
 	default:
 		out.Outcome = Placed
@@ -333,7 +304,7 @@ type storedRun struct {
 }
 
 // view is the run as stored — the same shape GetRun reads (a test holds the two together).
-func (st storedRun) view(run NewRun) Run {
+func (st storedRun) view(run wire.NewRun) Run {
 	r := Run{
 		RunID: run.RunID, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
 		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
@@ -343,19 +314,19 @@ func (st storedRun) view(run NewRun) Run {
 	if st.reason != "" {
 		r.Reason = &st.reason
 	}
-	stepState := Pending
+	stepState := wire.Pending
 	switch st.state {
-	case Running:
+	case wire.Running:
 		r.StartedAt, r.Assigned = &r.CreatedAt, st.assigned
-	case Failed:
-		r.FinishedAt, stepState = &r.CreatedAt, Skipped
+	case wire.Failed:
+		r.FinishedAt, stepState = &r.CreatedAt, wire.Skipped
 	}
 	for _, role := range run.Roles {
 		r.Roles[role.Name] = Role{Needs: role.Needs, NodeID: st.assigned[role.Name]}
 	}
 	for _, step := range run.Steps {
 		v := Step{ID: step.ID, Role: step.Role, State: stepState, After: step.After, Retries: step.Retries}
-		if stepState == Skipped {
+		if stepState == wire.Skipped {
 			v.FinishedAt = &r.CreatedAt
 		}
 		r.Steps = append(r.Steps, v)
@@ -364,7 +335,7 @@ func (st storedRun) view(run NewRun) Run {
 }
 
 // insertRun stores the run alone, in a transaction of its own.
-func (s *Store) insertRun(ctx context.Context, run NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
+func (s *Store) insertRun(ctx context.Context, run wire.NewRun, state, reason string, assigned map[string]string) (storedRun, error) {
 	var stored storedRun
 	b := &pgx.Batch{}
 	if err := s.queueInsert(b, run, placement{state: state, reason: reason, assigned: assigned}, &stored); err != nil {
@@ -391,7 +362,7 @@ const maxSpare = 3
 
 // spares are a one-role run's spare nodes: the available nodes of list that serve its role,
 // but the one assigned.
-func spares(run NewRun, assigned map[string]string, list []match.Node) []string {
+func spares(run wire.NewRun, assigned map[string]string, list []match.Node) []string {
 	if len(run.Roles) != 1 || assigned == nil {
 		return nil
 	}
@@ -407,7 +378,7 @@ func spares(run NewRun, assigned map[string]string, list []match.Node) []string 
 
 // queueInsert adds the insert to a batch; once it has run, stored is what it stored (its state
 // is "" when the run_id already existed).
-func (s *Store) queueInsert(b *pgx.Batch, run NewRun, pl placement, stored *storedRun) error {
+func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored *storedRun) error {
 	var aRoles, aNodes []string
 	for role, node := range pl.assigned {
 		aRoles, aNodes = append(aRoles, role), append(aNodes, node)
@@ -435,7 +406,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run NewRun, pl placement, stored *stor
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run_id exists: stored.state stays ""
 		}
-		if stored.state == Running {
+		if stored.state == wire.Running {
 			// Only then: a run planned RUNNING is stored QUEUED when a chosen node was gone;
 			// and a one-role run may be on a spare.
 			stored.assigned = map[string]string{}
@@ -457,7 +428,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run NewRun, pl placement, stored *stor
 
 // resubmitted answers a run_id that already exists: the same request from the same owner is
 // the run as it stands now; anything else is a conflict, and says nothing about the run.
-func (s *Store) resubmitted(ctx context.Context, run NewRun) (SubmitResult, error) {
+func (s *Store) resubmitted(ctx context.Context, run wire.NewRun) (SubmitResult, error) {
 	var owner string
 	var hash []byte
 	if err := runFingerprintStmt.queryRow(ctx, s.pool, run.RunID).Scan(&owner, &hash); err != nil {
@@ -470,7 +441,7 @@ func (s *Store) resubmitted(ctx context.Context, run NewRun) (SubmitResult, erro
 	return SubmitResult{Outcome: Existing, Run: stored}, err
 }
 
-func matchRoles(roles []NewRole) []match.Role {
+func matchRoles(roles []wire.NewRole) []match.Role {
 	out := make([]match.Role, len(roles))
 	for i, r := range roles {
 		out[i] = match.Role{Name: r.Name, Needs: r.Needs}
@@ -479,7 +450,7 @@ func matchRoles(roles []NewRole) []match.Role {
 }
 
 // needKeys are the roles' needs as submit_insert takes them: each role's needKey.
-func needKeys(roles []NewRole) []string {
+func needKeys(roles []wire.NewRole) []string {
 	out := make([]string, len(roles))
 	for i, r := range roles {
 		out[i] = needKey(r.Needs)

@@ -5,19 +5,19 @@ import (
 	"testing"
 
 	"mediator/localdev/apitest"
-	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // queueWith leaves runs queued beside free nodes, as between a commit that freed nodes and the
 // wake after it: the boards (label board) are drained while the runs queue, then come back,
 // and no wake runs.
-func queueWith(env *apitest.Env, boards int, queued ...store.NewRun) {
+func queueWith(env *apitest.Env, boards int, queued ...wire.NewRun) {
 	env.T.Helper()
 	for i := range boards {
 		env.Heartbeat("board-"+string(rune('a'+i)), "b1", true, "board")
 	}
 	for _, r := range queued {
-		if got := env.Submit(r); got.Run.State != store.Queued {
+		if got := env.Submit(r); got.Run.State != wire.Queued {
 			env.T.Fatalf("%s: %s", r.RunID, got.Run.State)
 		}
 	}
@@ -30,17 +30,17 @@ func queueWith(env *apitest.Env, boards int, queued ...store.NewRun) {
 func TestASubmitTakesOnlyTheRoomTheQueueLeaves(t *testing.T) {
 	t.Parallel()
 	wide := waiting("wide", "board")
-	wide.Roles = append(wide.Roles, store.NewRole{Name: "peer", Needs: []string{"board"}})
+	wide.Roles = append(wide.Roles, wire.NewRole{Name: "peer", Needs: []string{"board"}})
 	for _, tc := range []struct {
 		name   string
 		boards int
-		queued []store.NewRun
+		queued []wire.NewRun
 		want   string
 	}{
-		{"room for the queue and the new run", 2, []store.NewRun{apitest.NewRun("old", "board")}, store.Running},
-		{"the queue takes every free node", 2, []store.NewRun{apitest.NewRun("old-1", "board"), apitest.NewRun("old-2", "board")}, store.Queued},
-		{"a wide run waits for both boards", 2, []store.NewRun{wide}, store.Queued},
-		{"the queue waits for another kind", 1, []store.NewRun{waiting("gpu", "gpu")}, store.Running},
+		{"room for the queue and the new run", 2, []wire.NewRun{apitest.NewRun("old", "board")}, wire.Running},
+		{"the queue takes every free node", 2, []wire.NewRun{apitest.NewRun("old-1", "board"), apitest.NewRun("old-2", "board")}, wire.Queued},
+		{"a wide run waits for both boards", 2, []wire.NewRun{wide}, wire.Queued},
+		{"the queue waits for another kind", 1, []wire.NewRun{waiting("gpu", "gpu")}, wire.Running},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -82,7 +82,7 @@ func TestASubmitTakesASpareWhenItsNodeIsBeingTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := env.Submit(run)
-	if got.Run.State != store.Running || got.Run.Roles["main"].NodeID == chosen || got.Run.Roles["main"].NodeID == "" {
+	if got.Run.State != wire.Running || got.Run.Roles["main"].NodeID == chosen || got.Run.Roles["main"].NodeID == "" {
 		t.Fatalf("with %s being taken: %s on %q", chosen, got.Run.State, got.Run.Roles["main"].NodeID)
 	}
 	if n := env.Count(`SELECT count(*) FROM leases WHERE run_id = 'r' AND node_id <> $1`, chosen); n != 1 {

@@ -5,46 +5,6 @@ import (
 	"time"
 )
 
-// Run states. There are no others: a cancel in progress is RUNNING with CancelRequestedAt set.
-// Statements name them as {{QUEUED}} and so on (sql.go): these are their one definition.
-const (
-	Queued    = "QUEUED"
-	Running   = "RUNNING"
-	Succeeded = "SUCCEEDED"
-	Failed    = "FAILED"
-	Cancelled = "CANCELLED"
-)
-
-// RunStates are every run state, in the order a run may pass through them.
-var RunStates = []string{Queued, Running, Succeeded, Failed, Cancelled}
-
-// Step states beyond the run's.
-const (
-	Pending = "PENDING"
-	Skipped = "SKIPPED"
-)
-
-// Node states, as GET /v1/nodes shows them; sql/rules.sql's node_state decides which.
-const (
-	NodeIdle     = "idle"     // available: a live advert, not draining, no lease
-	NodeLeased   = "leased"   // a run holds it
-	NodeDraining = "draining" // live, taking no new work
-	NodeOffline  = "offline"  // its advert expired
-)
-
-// Reasons on FAILED and CANCELLED runs.
-const (
-	ReasonNoCapableNode = "no_capable_node"
-	ReasonTooWide       = "too_wide"
-	ReasonStepFailed    = "step_failed"
-	ReasonLeaseExpired  = "lease_expired"
-	ReasonNodeRestarted = "node_restarted"
-	ReasonNodeRemoved   = "node_removed"
-	ReasonTimeout       = "timeout"
-	ReasonQueueTimeout  = "queue_timeout"
-	ReasonCancelled     = "cancelled"
-)
-
 // Run is a run as clients see it.
 type Run struct {
 	RunID               string            `json:"run_id"`
@@ -126,13 +86,4 @@ type Lease struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Alive is judged by the lease alone: not expired yet.
 	Alive bool `json:"alive"`
-}
-
-// Terminal reports whether a run or step state is final.
-func Terminal(state string) bool {
-	switch state {
-	case Succeeded, Failed, Cancelled, Skipped:
-		return true
-	}
-	return false
 }

@@ -10,6 +10,7 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/match"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // A submit matches over at most width capable nodes per role (available, and fleet-wide); its
@@ -38,7 +39,7 @@ func TestBoundedCandidatesGiveTheFullVerdict(t *testing.T) {
 		fleet = append(fleet, match.Node{ID: n.NodeID, Labels: n.Labels, Available: n.State == "idle"})
 	}
 	for trial := range 200 {
-		var roles []store.NewRole
+		var roles []wire.NewRole
 		var mroles []match.Role
 		for r := range 1 + rng.IntN(4) {
 			needs := []string{labels[rng.IntN(3)]}
@@ -46,7 +47,7 @@ func TestBoundedCandidatesGiveTheFullVerdict(t *testing.T) {
 				needs = append(needs, labels[rng.IntN(3)])
 			}
 			needs = dedupe(needs)
-			roles = append(roles, store.NewRole{Name: fmt.Sprintf("r%d", r), Needs: needs})
+			roles = append(roles, wire.NewRole{Name: fmt.Sprintf("r%d", r), Needs: needs})
 			mroles = append(mroles, match.Role{Name: fmt.Sprintf("r%d", r), Needs: needs})
 		}
 		run := apitest.NewRun(fmt.Sprint("t", trial))
@@ -80,7 +81,7 @@ func dedupe(s []string) []string {
 	return s
 }
 
-func capable(fleet []match.Node, node string, roles []store.NewRole, role string) bool {
+func capable(fleet []match.Node, node string, roles []wire.NewRole, role string) bool {
 	for _, n := range fleet {
 		for _, r := range roles {
 			if n.ID == node && r.Name == role {
@@ -114,10 +115,10 @@ func TestARareLabelIsFoundInALargeIdleFleet(t *testing.T) {
 	env.Exec(`UPDATE free_nodes SET spread = $1 WHERE node_id = 'rare'`, place)
 	for i := range 3 {
 		res := env.Submit(apitest.NewRun(fmt.Sprint("r", i), "rare"))
-		if i == 0 && (res.Run.State != store.Running || res.Run.Assigned["main"] != "rare") {
+		if i == 0 && (res.Run.State != wire.Running || res.Run.Assigned["main"] != "rare") {
 			t.Fatalf("a run for the one rare node, free: %s on %v", res.Run.State, res.Run.Assigned)
 		}
-		if i > 0 && res.Run.State != store.Queued {
+		if i > 0 && res.Run.State != wire.Queued {
 			t.Fatalf("a second run for the one rare node, now busy: %s", res.Run.State)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"mediator/shared/match"
+	"mediator/shared/wire"
 )
 
 // WakeResult says what one WakeQueued did.
@@ -356,7 +357,7 @@ func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 // The queued runs take the nodes the queue's read found first, and the new run its own
 // candidates first: those come from a walk of its own (submit_candidates), so concurrent
 // submits reach for different nodes instead of colliding on the ones every read finds first.
-func (r QueueRead) leaves(run NewRun, candidates []match.Node, maxWidth int) (map[string]string, []match.Node) {
+func (r QueueRead) leaves(run wire.NewRun, candidates []match.Node, maxWidth int) (map[string]string, []match.Node) {
 	free := &nodeSet{list: slices.Clone(r.avail)}
 	var own []string
 	for _, a := range r.avail {

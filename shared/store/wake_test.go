@@ -13,10 +13,11 @@ import (
 	"mediator/localdev/apitest"
 	"mediator/shared/config"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // waiting is a run that queues even when no node of the fleet could serve it yet.
-func waiting(id string, needs ...string) store.NewRun {
+func waiting(id string, needs ...string) wire.NewRun {
 	r := apitest.NewRun(id, needs...)
 	r.WaitForCapacity = true
 	return r
@@ -35,7 +36,7 @@ func TestWakeEmptyQueueDoesNothing(t *testing.T) {
 func TestWakePromotesAMatchingRun(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
-	if r := env.Submit(waiting("r1", "board=rpi4")); r.Run.State != store.Queued {
+	if r := env.Submit(waiting("r1", "board=rpi4")); r.Run.State != wire.Queued {
 		t.Fatalf("with no node: %s", r.Run.State)
 	}
 	env.Heartbeat("A", "b1", false, "board=rpi4")
@@ -46,7 +47,7 @@ func TestWakePromotesAMatchingRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.State != store.Running || run.StartedAt == nil || run.Roles["main"].NodeID != "A" || run.Assigned["main"] != "A" {
+	if run.State != wire.Running || run.StartedAt == nil || run.Roles["main"].NodeID != "A" || run.Assigned["main"] != "A" {
 		t.Fatalf("promoted run: %+v", run)
 	}
 	if n := env.Count(`SELECT count(*) FROM leases WHERE node_id = 'A' AND run_id = 'r1' AND epoch > 0 AND expires_at > now()`); n != 1 {
@@ -65,7 +66,7 @@ func TestWakeKeepsArrivalOrder(t *testing.T) {
 	env.Submit(waiting("second", "board=rpi4"))
 	env.Heartbeat("A", "b1", false, "board=rpi4")
 	env.Wake()
-	if env.State("first") != store.Running || env.State("second") != store.Queued {
+	if env.State("first") != wire.Running || env.State("second") != wire.Queued {
 		t.Fatalf("first %s, second %s", env.State("first"), env.State("second"))
 	}
 }
@@ -79,7 +80,7 @@ func TestWakeKeepsArrivalOrderAcrossShapes(t *testing.T) {
 	env.Exec(`UPDATE runs SET created_at = now() - interval '1 minute' WHERE run_id = 'z-older'`)
 	env.Heartbeat("A", "b1", false, "board=rpi4", "usb-relay")
 	env.Wake()
-	if env.State("z-older") != store.Running || env.State("a-younger") != store.Queued {
+	if env.State("z-older") != wire.Running || env.State("a-younger") != wire.Queued {
 		t.Fatalf("older %s, younger %s", env.State("z-older"), env.State("a-younger"))
 	}
 }
@@ -92,7 +93,7 @@ func TestWakeBackfillsPastAHeadThatCannotGo(t *testing.T) {
 	env.Submit(waiting("board-run", "board=rpi4"))
 	env.Heartbeat("A", "b1", false, "board=rpi4")
 	env.Wake()
-	if env.State("gpu-run") != store.Queued || env.State("board-run") != store.Running {
+	if env.State("gpu-run") != wire.Queued || env.State("board-run") != wire.Running {
 		t.Fatalf("gpu-run %s, board-run %s", env.State("gpu-run"), env.State("board-run"))
 	}
 }
@@ -117,7 +118,7 @@ func TestWakeNeverPlacesOnADrainingNode(t *testing.T) {
 	env := apitest.New(t)
 	env.Submit(waiting("r1", "board=rpi4"))
 	env.Heartbeat("A", "b1", true, "board=rpi4")
-	if res := env.Wake(); res.Promoted != 0 || env.State("r1") != store.Queued {
+	if res := env.Wake(); res.Promoted != 0 || env.State("r1") != wire.Queued {
 		t.Fatalf("draining node used: %+v, %s", res, env.State("r1"))
 	}
 	env.Heartbeat("A", "b1", false, "board=rpi4")
@@ -142,18 +143,18 @@ func TestWakeDoesNotStarveAWideRun(t *testing.T) {
 	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.Starvation = time.Hour }))
 	env.Heartbeat("B1", "b1", false, "board")
 	hold := env.Submit(apitest.NewRun("hold", "board"))
-	if hold.Run.State != store.Running {
+	if hold.Run.State != wire.Running {
 		t.Fatalf("hold: %s", hold.Run.State)
 	}
 	wide := waiting("wide", "board")
-	wide.Roles = []store.NewRole{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}}
-	wide.Steps = []store.NewStep{{ID: "sa", Role: "a", After: []string{}, Spec: []byte(`{}`)}, {ID: "sb", Role: "b", After: []string{}, Spec: []byte(`{}`)}}
+	wide.Roles = []wire.NewRole{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}}
+	wide.Steps = []wire.NewStep{{ID: "sa", Role: "a", After: []string{}, Spec: []byte(`{}`)}, {ID: "sb", Role: "b", After: []string{}, Spec: []byte(`{}`)}}
 	env.Submit(wide)
 	env.Exec(`UPDATE runs SET created_at = now() - interval '2 hours' WHERE run_id = 'wide'`)
 	env.Heartbeat("B2", "b1", false, "board")
 	for i := range 5 {
 		narrow := env.Submit(apitest.NewRun(fmt.Sprintf("narrow-%d", i), "board"))
-		if narrow.Run.State != store.Queued {
+		if narrow.Run.State != wire.Queued {
 			t.Fatalf("narrow-%d took the board the starving wide run is waiting for: %s", i, narrow.Run.State)
 		}
 	}
@@ -166,7 +167,7 @@ func TestWakeDoesNotStarveAWideRun(t *testing.T) {
 	env.Exec(`DELETE FROM leases WHERE run_id = 'hold'`)
 	env.Exec(`UPDATE runs SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'hold'`)
 	env.Wake()
-	if env.State("wide") != store.Running {
+	if env.State("wide") != wire.Running {
 		t.Fatalf("wide: %s", env.State("wide"))
 	}
 }
@@ -178,13 +179,13 @@ func TestWakeBackfillsPastAYoungWideRun(t *testing.T) {
 	env.Heartbeat("B1", "b1", false, "board")
 	env.Submit(apitest.NewRun("hold", "board"))
 	wide := waiting("wide", "board")
-	wide.Roles = []store.NewRole{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}}
-	wide.Steps = []store.NewStep{{ID: "sa", Role: "a", After: []string{}, Spec: []byte(`{}`)}, {ID: "sb", Role: "b", After: []string{}, Spec: []byte(`{}`)}}
+	wide.Roles = []wire.NewRole{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}}
+	wide.Steps = []wire.NewStep{{ID: "sa", Role: "a", After: []string{}, Spec: []byte(`{}`)}, {ID: "sb", Role: "b", After: []string{}, Spec: []byte(`{}`)}}
 	env.Submit(wide)
 	env.Submit(apitest.NewRun("narrow", "board"))
 	env.Heartbeat("B2", "b1", false, "board")
 	env.Wake()
-	if env.State("narrow") != store.Running || env.State("wide") != store.Queued {
+	if env.State("narrow") != wire.Running || env.State("wide") != wire.Queued {
 		t.Fatalf("narrow %s, wide %s", env.State("narrow"), env.State("wide"))
 	}
 }
@@ -290,9 +291,9 @@ func TestWakeReadsABoundedViewOfALargeIdleFleet(t *testing.T) {
 	env := apitest.New(t)
 	idleBoards(env, 600)
 	wide := waiting("board-and-gpu", "board")
-	wide.Roles = []store.NewRole{{Name: "dut", Needs: []string{"board"}}, {Name: "host", Needs: []string{"gpu"}}}
-	wide.Steps = []store.NewStep{{ID: "s", Role: "dut", After: []string{}, Spec: []byte(`{}`)}}
-	if r := env.Submit(wide); r.Run.State != store.Queued {
+	wide.Roles = []wire.NewRole{{Name: "dut", Needs: []string{"board"}}, {Name: "host", Needs: []string{"gpu"}}}
+	wide.Steps = []wire.NewStep{{ID: "s", Role: "dut", After: []string{}, Spec: []byte(`{}`)}}
+	if r := env.Submit(wide); r.Run.State != wire.Queued {
 		t.Fatalf("a run needing a GPU no node has: %s", r.Run.State)
 	}
 	res := env.Wake()
@@ -370,8 +371,8 @@ func TestWakeFindsTheRareNodeAmongACrowd(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
 	wide := waiting("board-and-gpu", "board")
-	wide.Roles = []store.NewRole{{Name: "dut", Needs: []string{"board"}}, {Name: "host", Needs: []string{"gpu"}}}
-	wide.Steps = []store.NewStep{{ID: "s", Role: "dut", After: []string{}, Spec: []byte(`{}`)}}
+	wide.Roles = []wire.NewRole{{Name: "dut", Needs: []string{"board"}}, {Name: "host", Needs: []string{"gpu"}}}
+	wide.Steps = []wire.NewStep{{ID: "s", Role: "dut", After: []string{}, Spec: []byte(`{}`)}}
 	env.Submit(wide)
 	idleBoards(env, 2*store.StartNodes)
 	env.Exec(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at) VALUES ('gpu-1', '{gpu}', 'b1', now() + interval '1 hour')`)
@@ -411,7 +412,7 @@ func TestSubmitDoesNotOvertakeARunQueuedAfterItsMatch(t *testing.T) {
 	env.Heartbeat("B", "b1", false, "board")
 	env.Submit(apitest.NewRun("hold", "board")) // one of the two boards
 	env.Exec(`UPDATE nodes SET draining = true WHERE node_id <> (SELECT node_id FROM leases)`)
-	if r := env.Submit(apitest.NewRun("older", "board")); r.Run.State != store.Queued {
+	if r := env.Submit(apitest.NewRun("older", "board")); r.Run.State != wire.Queued {
 		t.Fatalf("older, with both boards taken or draining: %s", r.Run.State)
 	}
 	env.Exec(`UPDATE nodes SET draining = false`)
@@ -421,14 +422,14 @@ func TestSubmitDoesNotOvertakeARunQueuedAfterItsMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, err := env.Store.InsertPlaced(ctx, apitest.NewRun("younger", "board"), map[string]string{"main": free})
-	if err != nil || state != store.Queued {
+	if err != nil || state != wire.Queued {
 		t.Fatalf("younger, matched before older queued: %s, %v", state, err)
 	}
 	if n := env.Count(`SELECT count(*) FROM leases WHERE run_id = 'younger'`); n != 0 {
 		t.Fatalf("younger holds %d leases", n)
 	}
 	env.Wake()
-	if env.State("older") != store.Running || env.State("younger") != store.Queued {
+	if env.State("older") != wire.Running || env.State("younger") != wire.Queued {
 		t.Fatalf("after the wake: older %s, younger %s", env.State("older"), env.State("younger"))
 	}
 	env.CheckInvariants()

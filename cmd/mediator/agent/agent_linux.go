@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // Agent is one life of the agent process: one boot id.
@@ -561,13 +562,13 @@ func (a *Agent) consider(steps []client.NodeStep, sent *uint64) {
 			continue // the heartbeat predates this node's last report on the step
 		}
 		switch {
-		case st.Cancel && (st.State == client.Running || st.State == client.Pending):
+		case st.Cancel && (st.State == wire.Running || st.State == wire.Pending):
 			a.run(st, reportCancelled)
-		case st.State == client.Running && sent != nil:
+		case st.State == wire.Running && sent != nil:
 			// RUNNING, and nobody here runs it: its process was dropped (the guard, or a
 			// report whose answer was lost). Say so, rather than leave it RUNNING.
 			a.run(st, reportLost)
-		case st.State == client.Pending && st.Runnable && a.mayStart():
+		case st.State == wire.Pending && st.Runnable && a.mayStart():
 			a.run(st, runStep)
 		}
 	}
@@ -607,7 +608,7 @@ func (a *Agent) runnerDone(d runnerDone) {
 			}
 		case a.lease == nil || a.lease.epoch != d.r.epoch:
 			// About a lease no longer held: nothing in it to act on.
-		case client.Finished(rep.RunState):
+		case wire.Final(rep.RunState):
 			a.endLease("the run ended " + rep.RunState)
 		default:
 			a.consider(rep.Next, nil)

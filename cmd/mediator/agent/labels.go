@@ -2,18 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"mediator/shared/wire"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 )
-
-// labelPattern is a label's shape (DESIGN.md, The model): the API refuses a heartbeat with any
-// other, so the agent says which at start, or on a SIGHUP keeps the labels it had.
-var labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-z0-9._:/-]{0,127})?$`)
-
-// maxLabels is the most a heartbeat may carry.
-const maxLabels = 64
 
 // ReadLabelsFile reads one label per line; blank lines and everything from a # are ignored.
 func ReadLabelsFile(path string) ([]string, error) {
@@ -30,8 +23,8 @@ func ReadLabelsFile(path string) ([]string, error) {
 		if line == "" {
 			continue
 		}
-		if !labelPattern.MatchString(line) {
-			return nil, fmt.Errorf("%s:%d: %q is not a label (key=value or key: %s)", path, i+1, clip(line, 80), labelPattern)
+		if !wire.LabelPattern.MatchString(line) {
+			return nil, fmt.Errorf("%s:%d: %q is not a label (key=value or key: %s)", path, i+1, clip(line, 80), wire.LabelPattern)
 		}
 		labels = append(labels, line)
 	}
@@ -47,16 +40,16 @@ func MergeLabels(lists ...[]string) ([]string, error) {
 			if l == "" {
 				continue
 			}
-			if !labelPattern.MatchString(l) {
-				return nil, fmt.Errorf("%q is not a label (key=value or key: %s)", clip(l, 80), labelPattern)
+			if !wire.LabelPattern.MatchString(l) {
+				return nil, fmt.Errorf("%q is not a label (key=value or key: %s)", clip(l, 80), wire.LabelPattern)
 			}
 			out = append(out, l)
 		}
 	}
 	slices.Sort(out)
 	out = slices.Compact(out)
-	if len(out) > maxLabels {
-		return nil, fmt.Errorf("%d labels; a node advertises at most %d", len(out), maxLabels)
+	if len(out) > wire.MaxLabels {
+		return nil, fmt.Errorf("%d labels; a node advertises at most %d", len(out), wire.MaxLabels)
 	}
 	return out, nil
 }

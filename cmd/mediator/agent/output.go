@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"mediator/shared/wire"
 	"os"
 	"path/filepath"
 	"slices"
@@ -177,11 +178,11 @@ func Text(b []byte, limit int, cut bool) string {
 // withReason puts why first, then as much of the output's end as fits a message.
 func withReason(reason, tail string) string {
 	if tail == "" {
-		return Text([]byte(reason), maxMessage, false)
+		return Text([]byte(reason), wire.MaxMessageBytes, false)
 	}
-	room := maxMessage - len(reason) - 1
+	room := wire.MaxMessageBytes - len(reason) - 1
 	if room <= 0 {
-		return Text([]byte(reason), maxMessage, false)
+		return Text([]byte(reason), wire.MaxMessageBytes, false)
 	}
 	return reason + "\n" + Text([]byte(tail), room, true)
 }

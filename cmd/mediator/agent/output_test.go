@@ -4,6 +4,7 @@ package agent
 
 import (
 	"fmt"
+	"mediator/shared/wire"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,12 +101,12 @@ func TestTailAndText(t *testing.T) {
 	}
 	// At most limit bytes, the end kept, never a character cut.
 	long := strings.Repeat("ü", 3000) // 6000 bytes
-	s := Text([]byte(long), maxMessage, false)
-	if len(s) > maxMessage || !utf8.ValidString(s) || !strings.HasSuffix(long, s) {
+	s := Text([]byte(long), wire.MaxMessageBytes, false)
+	if len(s) > wire.MaxMessageBytes || !utf8.ValidString(s) || !strings.HasSuffix(long, s) {
 		t.Fatalf("Text kept %d bytes, valid %v", len(s), utf8.ValidString(s))
 	}
 	m := withReason("timed out after 1s", long)
-	if len(m) > maxMessage || !strings.HasPrefix(m, "timed out after 1s\n") || !utf8.ValidString(m) {
+	if len(m) > wire.MaxMessageBytes || !strings.HasPrefix(m, "timed out after 1s\n") || !utf8.ValidString(m) {
 		t.Fatalf("withReason: %d bytes: %q…", len(m), m[:40])
 	}
 }

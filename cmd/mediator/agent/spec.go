@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // Spec is what the agent runs for a step. Mediator keeps a step's spec opaque; this is the
@@ -239,18 +240,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// Limits of what a step reports (the API refuses a report past them, whole).
-const (
-	maxMessage     = 4 << 10
-	maxOutput      = 64 << 10
-	maxOutputsJSON = 4 << 10
-	// maxOutputsFile bounds what is read of MEDIATOR_OUTPUTS; far past maxOutputsJSON.
-	maxOutputsFile = 1 << 20
-)
-
-// outputKeyPattern is an output's key, as the API takes it: it becomes part of a variable's
-// name on the nodes of the steps after.
-var outputKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// maxOutputsFile bounds what is read of MEDIATOR_OUTPUTS: far past what a report takes
+// (wire.MaxOutputsBytes), so that a file over it is said to be too large rather than cut.
+const maxOutputsFile = 1 << 20
 
 // ParseOutputs reads a step's MEDIATOR_OUTPUTS file: one key=value per line, the value the
 // rest of the line (it may hold "="), blank lines ignored, a key given twice taking its last
@@ -268,8 +260,8 @@ func ParseOutputs(data []byte) (map[string]string, error) {
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("line %d: not key=value", n)
-		case !outputKeyPattern.MatchString(key):
-			return nil, fmt.Errorf("line %d: the key %q does not match %s", n, clip(key, 80), outputKeyPattern)
+		case !wire.OutputKeyPattern.MatchString(key):
+			return nil, fmt.Errorf("line %d: the key %q does not match %s", n, clip(key, 80), wire.OutputKeyPattern)
 		case !utf8.ValidString(value):
 			return nil, fmt.Errorf("line %d: %s: the value is not UTF-8 text", n, key)
 		case strings.ContainsRune(value, 0):
@@ -277,8 +269,8 @@ func ParseOutputs(data []byte) (map[string]string, error) {
 		}
 		out[key] = value
 	}
-	if b, _ := json.Marshal(out); len(b) > maxOutputsJSON {
-		return nil, fmt.Errorf("%d bytes of JSON, more than the %d an API report takes", len(b), maxOutputsJSON)
+	if b, _ := json.Marshal(out); len(b) > wire.MaxOutputsBytes {
+		return nil, fmt.Errorf("%d bytes of JSON, more than the %d an API report takes", len(b), wire.MaxOutputsBytes)
 	}
 	return out, nil
 }

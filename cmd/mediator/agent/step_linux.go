@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // stopReason is why the loop stops a step; a stronger one overrides a weaker.
@@ -122,9 +123,9 @@ func (r *runner) run() {
 	var d runnerDone
 	switch r.mode {
 	case reportCancelled:
-		d = r.deliver(result{status: client.ReportCancelled, message: "cancelled: the run was cancelled before this node ran the step"})
+		d = r.deliver(result{status: wire.ReportCancelled, message: "cancelled: the run was cancelled before this node ran the step"})
 	case reportLost:
-		d = r.deliver(result{status: client.ReportFailed, message: lostMessage})
+		d = r.deliver(result{status: wire.ReportFailed, message: lostMessage})
 	default:
 		d = r.life()
 	}
@@ -134,7 +135,7 @@ func (r *runner) run() {
 
 // life runs the step: started, the process, then its result.
 func (r *runner) life() runnerDone {
-	if _, _, err := r.send(client.ReportRequest{Status: client.Started}, true); err != nil {
+	if _, _, err := r.send(client.ReportRequest{Status: wire.ReportStarted}, true); err != nil {
 		if errors.Is(err, errAbandoned) && (r.reason == stopCancel || r.reason == stopShutdown) {
 			return r.deliver(r.before())
 		}
@@ -143,7 +144,7 @@ func (r *runner) life() runnerDone {
 	spec, err := ParseSpec(r.step.Spec)
 	if err != nil {
 		r.log.Warn("a spec the agent cannot run", "error", err.Error())
-		return r.deliver(result{status: client.ReportFailed, message: Text([]byte("the agent cannot run this spec: "+err.Error()), maxMessage, false)})
+		return r.deliver(result{status: wire.ReportFailed, message: Text([]byte("the agent cannot run this spec: "+err.Error()), wire.MaxMessageBytes, false)})
 	}
 	return r.deliver(r.execute(spec))
 }
@@ -154,11 +155,11 @@ func (r *runner) before() result {
 	case stopStale:
 		return result{none: true}
 	case stopGuard:
-		return result{status: client.ReportFailed, message: lostMessage}
+		return result{status: wire.ReportFailed, message: lostMessage}
 	case stopShutdown:
-		return result{status: client.ReportCancelled, message: "cancelled: the agent was stopped before the step began"}
+		return result{status: wire.ReportCancelled, message: "cancelled: the agent was stopped before the step began"}
 	}
-	return result{status: client.ReportCancelled, message: "cancelled: the run was cancelled before the step began"}
+	return result{status: wire.ReportCancelled, message: "cancelled: the run was cancelled before the step began"}
 }
 
 // execute runs the step's process to its end and says what to report.
@@ -167,7 +168,7 @@ func (r *runner) execute(spec Spec) result {
 	failed := func(format string, args ...any) result {
 		msg := fmt.Sprintf(format, args...)
 		r.log.Warn("the step could not start", "error", msg)
-		return result{status: client.ReportFailed, message: Text([]byte(msg), maxMessage, false)}
+		return result{status: wire.ReportFailed, message: Text([]byte(msg), wire.MaxMessageBytes, false)}
 	}
 	name := fmt.Sprintf("%s+%s+%d", st.RunID, st.StepID, st.Attempt)
 	own := filepath.Join(a.steps, name)
@@ -242,8 +243,8 @@ func (r *runner) execute(spec Spec) result {
 	if err != nil {
 		r.log.Warn("waiting for the step's process", "error", err.Error())
 	}
-	tail, _ := Tail(out, from, maxOutput)
-	message := Text([]byte(tail), maxMessage, true)
+	tail, _ := Tail(out, from, wire.MaxOutputBytes)
+	message := Text([]byte(tail), wire.MaxMessageBytes, true)
 	res := result{exitCode: code, output: tail, message: message}
 	var attrs []any
 	if code != nil {
@@ -255,29 +256,29 @@ func (r *runner) execute(spec Spec) result {
 		return result{none: true}
 	case r.reason == stopGuard:
 		r.log.Warn("step killed by the lease guard: dropped the work", attrs...)
-		res.status, res.message = client.ReportFailed, lostMessage
+		res.status, res.message = wire.ReportFailed, lostMessage
 	case r.reason == stopCancel:
 		r.log.Info("step cancelled", attrs...)
-		res.status, res.message = client.ReportCancelled, withReason("cancelled: the run was cancelled", tail)
+		res.status, res.message = wire.ReportCancelled, withReason("cancelled: the run was cancelled", tail)
 	case r.reason == stopShutdown:
 		r.log.Info("step cancelled: the agent is stopping", attrs...)
-		res.status, res.message = client.ReportCancelled, withReason("cancelled: the agent on node "+a.cfg.NodeID+" was stopped", tail)
+		res.status, res.message = wire.ReportCancelled, withReason("cancelled: the agent on node "+a.cfg.NodeID+" was stopped", tail)
 	case timedOut:
 		why := fmt.Sprintf("timed out after %s (timeout_seconds): its process group was killed", seconds(spec.Timeout))
 		r.log.Info("step timed out", attrs...)
-		res.status, res.message = client.ReportFailed, withReason(why, tail)
+		res.status, res.message = wire.ReportFailed, withReason(why, tail)
 	case code == nil || *code != 0:
 		r.log.Info("step failed", attrs...)
-		res.status = client.ReportFailed
+		res.status = wire.ReportFailed
 	default:
 		outs, err := readOutputs(outputsPath)
 		if err != nil {
 			r.log.Info("step failed: its outputs", "error", err.Error())
-			res.status, res.message = client.ReportFailed, withReason("MEDIATOR_OUTPUTS: "+err.Error(), tail)
+			res.status, res.message = wire.ReportFailed, withReason("MEDIATOR_OUTPUTS: "+err.Error(), tail)
 			break
 		}
 		r.log.Info("step succeeded", "outputs", len(outs))
-		res.status, res.outputs = client.ReportSucceeded, outs
+		res.status, res.outputs = wire.ReportSucceeded, outs
 	}
 	return res
 }
@@ -361,8 +362,8 @@ func (r *runner) deliver(res result) runnerDone {
 	var ae *client.Error
 	if err != nil && errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge) {
 		r.log.Error("the API refused the step's report; reporting it failed instead", "error", err.Error())
-		msg := Text([]byte("the agent's report was refused: "+err.Error()), maxMessage, false)
-		rep, sent, err = r.send(client.ReportRequest{Status: client.ReportFailed, ExitCode: res.exitCode, Message: &msg}, false)
+		msg := Text([]byte("the agent's report was refused: "+err.Error()), wire.MaxMessageBytes, false)
+		rep, sent, err = r.send(client.ReportRequest{Status: wire.ReportFailed, ExitCode: res.exitCode, Message: &msg}, false)
 	}
 	if err != nil {
 		return r.refused(err)

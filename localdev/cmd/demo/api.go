@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mediator/shared/client"
+	"mediator/shared/wire"
 )
 
 // clientToken is the development client every run of the demo belongs to.
@@ -55,7 +56,7 @@ func describe(r client.Run) string {
 	if r.Reason != nil {
 		s += " " + *r.Reason
 	}
-	if on := nodes(r); on != "" && r.State == client.Running {
+	if on := nodes(r); on != "" && r.State == wire.Running {
 		s += " on " + on
 	}
 	if r.QueuePosition != nil {

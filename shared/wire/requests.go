@@ -1,0 +1,58 @@
+package wire
+
+import "encoding/json"
+
+// A request as the server reads it: shared/request decodes and validates a body into one of
+// these, and shared/store takes it as it is.
+
+// NewRun is a validated submission.
+type NewRun struct {
+	RunID               string
+	Owner               string // set by the handler from the principal
+	Priority            int    // 0 to 100, higher first
+	RequestHash         []byte
+	Roles               []NewRole // sorted by name
+	Steps               []NewStep // in request order
+	MaxAttempts         int
+	TimeoutSeconds      *int
+	QueueTimeoutSeconds *int
+	WaitForCapacity     bool
+	Metadata            json.RawMessage
+}
+
+// NewRole is a role and its needs (sorted, no duplicates). Its fields' names are part of a
+// stored request's fingerprint: renaming one changes every fingerprint.
+type NewRole struct {
+	Name  string
+	Needs []string
+}
+
+// NewStep is a step as submitted; its JSON is part of a stored request's fingerprint.
+type NewStep struct {
+	ID      string          `json:"id"`
+	Role    string          `json:"role"`
+	After   []string        `json:"after"`
+	Spec    json.RawMessage `json:"spec"`
+	Retries int             `json:"retries"`
+}
+
+// Heartbeat is a node's advert: PUT /v1/nodes/{node_id}.
+type Heartbeat struct {
+	NodeID   string
+	BootID   string
+	Labels   []string // sorted, without duplicates
+	Draining bool
+}
+
+// Report is a node's report of a step: POST /v1/runs/{run_id}/steps/{step_id}/result.
+type Report struct {
+	RunID, StepID  string
+	NodeID, BootID string
+	Epoch          int64
+	Status         string // one of ReportStatuses
+	ExitCode       *int
+	Message        *string
+	Output         *string
+	// Outputs are a succeeded step's outputs for the steps that wait for it (nil for none).
+	Outputs map[string]string
+}

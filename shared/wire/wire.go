@@ -1,0 +1,136 @@
+// Package wire is what Mediator's API says and takes, in Go: the shapes of its identifiers and
+// labels, its limits, the states and reasons it names, and a request as the server reads it.
+// It imports nothing but the standard library, so that every side of the API uses the one
+// definition: the server's decoders (shared/request) and store, and its clients (shared/client,
+// the command line, the agent), which must not link the database to check a label.
+// TestWireRulesAreTheSchemasAndTheDocuments pins each rule to the schema's CHECKs and to
+// openapi.yaml (pattern, maxLength, maxItems, enum): a change made in one place and not in the
+// others fails it.
+package wire
+
+import "regexp"
+
+// The shapes of what names things.
+var (
+	// IDPattern is a run_id's, a node_id's and a boot_id's shape.
+	IDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	// NamePattern is a step id's and a role name's shape.
+	NamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	// LabelPattern is a label's: key=value or a bare key.
+	LabelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-z0-9._:/-]{0,127})?$`)
+	// OutputKeyPattern is a step output's key: it becomes part of an environment variable's name
+	// on the nodes of the steps that read it.
+	OutputKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+)
+
+// The limits of a submission.
+const (
+	MaxSteps            = 64
+	MaxRoles            = 64
+	MaxNeeds            = 32 // labels a role may need
+	MaxSpecBytes        = 64 << 10
+	MaxMetadataBytes    = 16 << 10
+	MaxRetries          = 100
+	MaxAttempts         = 100
+	MaxTimeoutSeconds   = 7 * 86400
+	MaxQueueWaitSeconds = 30 * 86400
+	// DefaultPriority is a run's priority unless it says otherwise; MaxPriority the highest.
+	DefaultPriority = 50
+	MaxPriority     = 100
+)
+
+// MaxLabels bounds a node's advert.
+const MaxLabels = 64
+
+// The limits of a step report: past them the report is refused whole (413), since a truncated
+// message would be a silent lie about what the step said.
+const (
+	MaxMessageBytes = 4 << 10
+	MaxOutputBytes  = 64 << 10
+	MaxOutputsBytes = 4 << 10 // a step's outputs, as compact JSON
+	MaxExitCode     = 255
+)
+
+// MaxReasonBytes bounds a cancel's reason.
+const MaxReasonBytes = 1 << 10
+
+// Run states. There are no others: a cancel in progress is RUNNING with cancel_requested_at
+// set.
+const (
+	Queued    = "QUEUED"
+	Running   = "RUNNING"
+	Succeeded = "SUCCEEDED"
+	Failed    = "FAILED"
+	Cancelled = "CANCELLED"
+)
+
+// RunStates are every run state, in the order a run may pass through them.
+var RunStates = []string{Queued, Running, Succeeded, Failed, Cancelled}
+
+// Step states beyond the run's.
+const (
+	Pending = "PENDING"
+	Skipped = "SKIPPED"
+)
+
+// StepStates are every step state.
+var StepStates = []string{Pending, Running, Succeeded, Failed, Cancelled, Skipped}
+
+// FinalRunStates are the states a run ends in; a step may also end SKIPPED.
+var FinalRunStates = []string{Succeeded, Failed, Cancelled}
+
+// Final reports whether a run or step state is one it ends in.
+func Final(state string) bool {
+	switch state {
+	case Succeeded, Failed, Cancelled, Skipped:
+		return true
+	}
+	return false
+}
+
+// Node states, as the fleet view and a heartbeat's answer show them.
+const (
+	NodeIdle     = "idle"     // available: a live advert, not draining, no lease
+	NodeLeased   = "leased"   // a run holds it
+	NodeDraining = "draining" // live, taking no new work
+	NodeOffline  = "offline"  // its advert expired
+)
+
+// NodeStates are every node state.
+var NodeStates = []string{NodeIdle, NodeLeased, NodeDraining, NodeOffline}
+
+// Reasons on FAILED and CANCELLED runs.
+const (
+	ReasonNoCapableNode = "no_capable_node"
+	ReasonTooWide       = "too_wide"
+	ReasonStepFailed    = "step_failed"
+	ReasonLeaseExpired  = "lease_expired"
+	ReasonNodeRestarted = "node_restarted"
+	ReasonNodeRemoved   = "node_removed"
+	ReasonTimeout       = "timeout"
+	ReasonQueueTimeout  = "queue_timeout"
+	ReasonCancelled     = "cancelled"
+)
+
+// Reasons are every reason.
+var Reasons = []string{ReasonNoCapableNode, ReasonTooWide, ReasonStepFailed, ReasonLeaseExpired,
+	ReasonNodeRestarted, ReasonNodeRemoved, ReasonTimeout, ReasonQueueTimeout, ReasonCancelled}
+
+// What a node reports of a step.
+const (
+	ReportStarted   = "started"
+	ReportSucceeded = "succeeded"
+	ReportFailed    = "failed"
+	ReportCancelled = "cancelled"
+)
+
+// ReportStatuses are every report status.
+var ReportStatuses = []string{ReportStarted, ReportSucceeded, ReportFailed, ReportCancelled}
+
+// A dry run's verdicts.
+const (
+	Placeable  = "placeable"
+	Busy       = "busy"
+	Impossible = "impossible"
+	TooWide    = "too_wide"
+)
