@@ -3,7 +3,6 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
-	"slices"
 
 	"mediator/shared/auth"
 	"mediator/shared/match"
@@ -11,7 +10,6 @@ import (
 	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
-	"mediator/shared/wire"
 )
 
 // Submit serves POST /v1/runs.
@@ -60,14 +58,13 @@ func submit(c *call) (reply, error) {
 		return reply{}, err
 	}
 	// After the commit, when the run was queued: queued at the moment another handler freed
-	// its node, it would otherwise be missed by both. A run queued only because older runs
-	// wait may be placed by this very wake, in its turn: then it is answered as placed. A run
-	// placed, refused or submitted before took no node from the queue and freed none: no wake.
-	woke := c.afterCommit([]string{run.RunID}, res.Outcome == store.Waiting, store.WakeParams{})
-	if res.Placeable && slices.Contains(woke.Runs, run.RunID) {
-		if now, err := c.d.Store.GetRun(c.ctx, run.RunID, c.viewer()); err == nil && now.State != wire.Queued {
-			res.Outcome, res.Run = store.Placed, now
-		}
+	// its node, it would otherwise be missed by both. The wake starts from the queue as the
+	// submit read it, with the run in it, and may place the run in its turn: then it is
+	// answered as placed, as the promotion left it. A run placed, refused or submitted before
+	// took no node from the queue and freed none: no wake.
+	woke := c.afterCommit([]string{run.RunID}, res.Outcome == store.Waiting, res.Wake)
+	if p, promoted := woke.Promotion(run.RunID); promoted && res.Outcome == store.Waiting {
+		res = res.Promoted(p)
 	}
 	switch res.Outcome {
 	case store.Placed:

@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -234,5 +236,56 @@ func TestSubmitTransactions(t *testing.T) {
 		if txs := counter.Read().Since(before).Txs; txs != c.txs {
 			t.Fatalf("a submit %s used %d transactions; want %d", c.run, txs, c.txs)
 		}
+	}
+}
+
+// A run the submit queues and its own wake then places is answered 201 as the promotion left
+// it — RUNNING on its node, the same run GET shows — without reading it again. Here the wake
+// takes it, by its priority, before an older run of lower priority that a free node waited for
+// (its reporter's wake never came); the submit counted every queued run as ahead.
+func TestAQueuedSubmitItsWakePlacesAnswers201(t *testing.T) {
+	t.Parallel()
+	var tags pgcount.Tags
+	env := apitest.New(t, apitest.Tracer(&tags))
+	env.Beat("A", "b1", false, "board")
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("first", "board")); resp.Status != 201 {
+		t.Fatalf("first: %s", resp)
+	}
+	low := oneNodeRun("low", "board")
+	low["priority"] = 10
+	if resp := env.Do(alice, "POST", "/v1/runs", low); resp.Status != 202 {
+		t.Fatalf("low: %s", resp)
+	}
+	ctx := context.Background()
+	epoch := env.Epoch("A")
+	for _, status := range []string{wire.ReportStarted, wire.ReportSucceeded} {
+		p := wire.Report{RunID: "first", StepID: "s1", NodeID: "A", BootID: "b1", Epoch: epoch, Status: status}
+		if status == wire.ReportSucceeded {
+			p.ExitCode = new(int)
+		}
+		if _, err := env.Store.Report(ctx, p); err != nil { // a report whose wake never came
+			t.Fatal(err)
+		}
+	}
+	env.Exec(`UPDATE free_nodes SET held_until = NULL WHERE node_id = 'A'`) // its hold ended
+
+	high := oneNodeRun("high", "board")
+	high["priority"] = 50
+	mark := tags.Mark()
+	resp := env.Do(alice, "POST", "/v1/runs", high)
+	sent := tags.Since(mark)
+	var answered, got map[string]any
+	resp.Decode(t, &answered)
+	if resp.Status != 201 {
+		t.Fatalf("high: %s", resp)
+	}
+	if slices.Contains(sent, "runs: get") || slices.Contains(sent, "wake: next of shape") {
+		t.Fatalf("the submit sent %v: it read again what its promotion and its read had told it", sent)
+	}
+	env.Do(alice, "GET", "/v1/runs/high", nil).Decode(t, &got)
+	a, _ := json.Marshal(answered["run"])
+	g, _ := json.Marshal(got["run"])
+	if string(a) != string(g) {
+		t.Fatalf("the submit answered\n%s\nGET shows\n%s", a, g)
 	}
 }

@@ -32,10 +32,10 @@ var (
 	ErrResultConflict  = &Error{problem.ResultConflict, "the step already has a different final result"}
 	ErrRunNotLive      = &Error{problem.RunNotLive, "the run has already finished"}
 	ErrRunNotQueued    = &Error{problem.RunNotQueued, "the run is not queued"}
-	// ErrNodeTaken: the node is no longer what the decision saw — another transaction leased
+	// ErrNodeChanged: the node is no longer what the decision saw — another transaction leased
 	// it, or it restarted — so the write was refused. A lost race, never a client's mistake:
 	// past the store's own retries the client retries.
-	ErrNodeTaken = &Error{problem.Unavailable, "the node was leased or restarted by another transaction"}
+	ErrNodeChanged = &Error{problem.Unavailable, "the node was leased or restarted by another transaction"}
 	// ErrRetry is a transaction that lost a race the database resolved (deadlock, serialization).
 	ErrRetry = &Error{problem.Unavailable, "transient conflict"}
 	// ErrUnavailable: the database could not serve the call now — a statement or lock timeout
@@ -76,11 +76,11 @@ func (e *StatementError) Unwrap() error { return e.Err }
 // constraintErrors is the one table from a constraint's name to what it means. A name not
 // listed here is still an ErrInvariant: every constraint of the schema guards a rule.
 var constraintErrors = map[string]error{
-	"leases_pkey":              ErrNodeTaken,
-	"run_roles_distinct_nodes": ErrNodeTaken,
+	"leases_pkey":              ErrNodeChanged,
+	"run_roles_distinct_nodes": ErrNodeChanged,
 	// A lease inserted under the boot the promotion read, committing after a restart changed
 	// it — or a restart committing after a promotion it did not see. Either way, retry.
-	"leases_held_under_current_boot": ErrNodeTaken,
+	"leases_held_under_current_boot": ErrNodeChanged,
 	// Two first heartbeats of one node at once: both insert, the second is refused, and its
 	// retry finds the node and updates it.
 	"nodes_pkey":                ErrRetry,

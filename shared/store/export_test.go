@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"mediator/shared/match"
+	"mediator/shared/plan"
 	"mediator/shared/wire"
 
 	"github.com/jackc/pgx/v5"
@@ -55,6 +56,12 @@ func (s *Store) LockHolding(ctx context.Context, runID, nodeID, owner string, th
 	return err
 }
 
+// SubmitThen submits run, calling then between the submit's read of the fleet and the queue
+// and its insert: a test can free or take a node in that window.
+func (s *Store) SubmitThen(ctx context.Context, run wire.NewRun, then func()) (SubmitResult, error) {
+	return s.submit(ctx, run, then)
+}
+
 // ReapMargin is how much of its deadline a reap leaves unused.
 const ReapMargin = reapMargin
 
@@ -69,7 +76,7 @@ const WalkFree = walkFree
 const (
 	StartNodes    = startNodes
 	PerNeed       = perNeed
-	MaxWakeSweeps = maxWakeSweeps
+	MaxWakeSweeps = maxSweepsPerWake
 )
 
 // InsertPlaced stores run RUNNING on the nodes assigned, as Submit does after a match that
@@ -101,8 +108,8 @@ func RuleSQL(text string) string { return dynamic("test", text).sql }
 
 // QueueBefore is the wake's Go order of two heads, neither protected unless said.
 func QueueBefore(aID string, aAt time.Time, aRank int, aProtected bool, bID string, bAt time.Time, bRank int, bProtected bool) bool {
-	return head{RunID: aID, CreatedAt: aAt, QueueRank: aRank, Protected: aProtected}.before(
-		head{RunID: bID, CreatedAt: bAt, QueueRank: bRank, Protected: bProtected})
+	return plan.Head{RunID: aID, CreatedAt: aAt, QueueRank: aRank, Protected: aProtected}.Before(
+		plan.Head{RunID: bID, CreatedAt: bAt, QueueRank: bRank, Protected: bProtected})
 }
 
 // NeedKey is a role's needs as one string.

@@ -86,7 +86,7 @@ func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResul
 		if err == nil && restarted {
 			res, err = s.heartbeatAfterRestart(ctx, p, args)
 		}
-		if !errors.Is(err, ErrRetry) && !errors.Is(err, ErrNodeTaken) {
+		if !errors.Is(err, ErrRetry) && !errors.Is(err, ErrNodeChanged) {
 			return res, err
 		}
 	}

@@ -56,7 +56,7 @@ func TestConstraintsHaveNames(t *testing.T) {
 	}{
 		// I1: one lease per node.
 		{"I1 second lease on a node", `INSERT INTO leases (node_id, run_id, role, boot_id, expires_at)
-			VALUES ('n1', 'q1', 'main', 'b1', now())`, "leases_pkey", store.ErrNodeTaken},
+			VALUES ('n1', 'q1', 'main', 'b1', now())`, "leases_pkey", store.ErrNodeChanged},
 		// I2: only a RUNNING run holds leases — refused at COMMIT.
 		{"I2 terminal run still leased", `UPDATE steps SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'r1';
 			UPDATE runs SET state = 'SUCCEEDED', finished_at = now() WHERE run_id = 'r1'`, "leases_held_by_running_run", store.ErrInvariant},
@@ -75,9 +75,9 @@ func TestConstraintsHaveNames(t *testing.T) {
 			UPDATE runs SET state = 'FAILED', reason = 'timeout' WHERE run_id = 'q1'`, "runs_finished_at_iff_terminal", store.ErrInvariant},
 		// Each role of a run on its own node.
 		{"two roles on one node", `INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES ('r1', 'aux', 1, '{}', 'n1')`,
-			"run_roles_distinct_nodes", store.ErrNodeTaken},
+			"run_roles_distinct_nodes", store.ErrNodeChanged},
 		// A restart must release the lease held under the old boot — refused at COMMIT.
-		{"lease outlives its boot", `UPDATE nodes SET boot_id = 'b2' WHERE node_id = 'n1'`, "leases_held_under_current_boot", store.ErrNodeTaken},
+		{"lease outlives its boot", `UPDATE nodes SET boot_id = 'b2' WHERE node_id = 'n1'`, "leases_held_under_current_boot", store.ErrNodeChanged},
 		{"lease on a node the role was not given", `UPDATE run_roles SET node_id = 'n2' WHERE run_id = 'r1'`, "leases_match_role_assignment", store.ErrInvariant},
 		{"settled with a step left", `UPDATE runs SET state = 'CANCELLED', reason = 'cancelled', finished_at = now() WHERE run_id = 'q1'`,
 			"runs_settled_with_steps_final", store.ErrInvariant},

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"mediator/shared/match"
+	"mediator/shared/plan"
 	"mediator/shared/wire"
 )
 
@@ -38,9 +39,24 @@ type SubmitResult struct {
 	Outcome Outcome
 	Run     Run
 	Unmet   []match.Role
-	// Placeable: the run was queued only because older runs wait; it could run now if the
-	// queue lets it. The caller's wake decides, in arrival order.
-	Placeable bool
+	// Wake is what the caller's wake starts from when the run queued: the queue as the
+	// submit read it, and the run (WakeParams.Read and Submitted).
+	Wake WakeParams
+}
+
+// Promoted is the result as the caller answers it once its wake promoted the run: placed,
+// RUNNING on the nodes the promotion chose, from what the promotion returned.
+func (r SubmitResult) Promoted(p Promotion) SubmitResult {
+	r.Outcome = Placed
+	r.Run.State, r.Run.StartedAt, r.Run.QueuePosition = wire.Running, &p.StartedAt, nil
+	r.Run.Assigned = p.Assigned
+	roles := make(map[string]Role, len(r.Run.Roles))
+	for name, role := range r.Run.Roles {
+		role.NodeID = p.Assigned[name]
+		roles[name] = role
+	}
+	r.Run.Roles = roles
+	return r
 }
 
 // Verdict is a dry run's answer: what would happen, without the queue's say in it.
@@ -231,12 +247,19 @@ func (c *candidateRead) place() match.Result {
 // The read of the fleet and the insert are one transaction in two round trips: the read takes
 // no lock, so the transaction holds nothing while the match runs in Go.
 func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, error) {
+	return s.submit(ctx, run, nil)
+}
+
+// submit is Submit; afterRead, when not nil, runs between the read and the insert (a test's
+// way into the window between them).
+func (s *Store) submit(ctx context.Context, run wire.NewRun, afterRead func()) (SubmitResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return SubmitResult{}, ErrLeaseTTL
 	}
 	type submitted struct {
 		res    match.Result
 		stored storedRun
+		read   *QueueRead
 	}
 	got, err := pipelinedTx(ctx, s, func() pipelined[submitted] {
 		var out submitted
@@ -244,6 +267,9 @@ func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, erro
 		return pipelined[submitted]{
 			read: c.read,
 			write: func(b *pgx.Batch) error {
+				if afterRead != nil {
+					afterRead()
+				}
 				out.res = c.place()
 				pl := placement{state: wire.Running, behindQueue: c.queueWaiting}
 				switch {
@@ -255,7 +281,7 @@ func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, erro
 					pl.state, out.res.Assigned = wire.Queued, nil
 				case c.queueWaiting:
 					var left []match.Node
-					if out.res.Assigned, left = c.ahead.leaves(run, c.nodes, c.maxWidth); out.res.Assigned == nil {
+					if out.res.Assigned, left = c.ahead.admits(run, c.nodes); out.res.Assigned == nil {
 						pl.state = wire.Queued
 					}
 					pl.spare = spares(run, out.res.Assigned, left)
@@ -263,12 +289,15 @@ func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, erro
 					pl.spare = spares(run, out.res.Assigned, c.nodes)
 				}
 				pl.assigned = out.res.Assigned
+				if !c.tooWide {
+					out.read = &c.ahead
+				}
 				return s.queueInsert(b, run, pl, &out.stored)
 			},
 			result: func() submitted { return out },
 		}
 	})
-	if errors.Is(err, ErrNodeTaken) {
+	if errors.Is(err, ErrNodeChanged) {
 		// The node went to another run between the match and the insert: the whole
 		// transaction was rolled back, so storing the run QUEUED leaves nothing behind.
 		got.res.Assigned = nil
@@ -281,12 +310,14 @@ func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, erro
 	if stored.state == "" {
 		return s.resubmitted(ctx, run)
 	}
-	out := SubmitResult{Run: stored.view(run), Placeable: stored.state == wire.Queued && res.Verdict == match.Placeable}
+	out := SubmitResult{Run: stored.view(run)}
 	switch stored.state {
 	case wire.Failed:
 		out.Outcome, out.Unmet = Unservable, res.Unmet
 	case wire.Queued:
 		out.Outcome = Waiting
+		out.Wake = WakeParams{Read: got.read, Submitted: &plan.Head{RunID: run.RunID, Shape: Shape(run.Roles),
+			CreatedAt: stored.createdAt, QueueRank: wire.MaxPriority - run.Priority, Roles: matchRoles(run.Roles)}}
 	default:
 		out.Outcome = Placed
 	}

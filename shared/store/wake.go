@@ -1,9 +1,9 @@
 package store
 
 import (
-	"container/heap"
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -14,12 +14,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"mediator/shared/match"
+	"mediator/shared/plan"
 	"mediator/shared/wire"
 )
 
 // WakeResult says what one WakeQueued did.
 type WakeResult struct {
 	Promoted int
+	// Promotions are the runs it promoted and where, for a caller that answers with one.
+	Promotions []Promotion
 	// Walked is how many queued runs were considered. It stays 0 when nothing could be
 	// placed: then the wake costs one query, whatever the depth of the queue.
 	Walked int
@@ -35,6 +38,23 @@ type WakeResult struct {
 	HandedOver *NodeWork
 }
 
+// Promotion is a run a wake promoted: when it started, and each role's node.
+type Promotion struct {
+	RunID     string
+	StartedAt time.Time
+	Assigned  map[string]string
+}
+
+// Promotion says whether the wake promoted runID, and how.
+func (r WakeResult) Promotion(runID string) (Promotion, bool) {
+	for _, p := range r.Promotions {
+		if p.RunID == runID {
+			return p, true
+		}
+	}
+	return Promotion{}, false
+}
+
 // NodeWork is a node's lease and the steps it gives.
 type NodeWork struct {
 	Lease HeldLease
@@ -48,16 +68,17 @@ const (
 	perNeed    = 64
 )
 
-// maxSweeps bounds the fresh re-sweeps after a lost race. A race is only lost to another
-// writer that changed the fleet or the queue, and that writer wakes the queue itself after its
-// own commit, so a few sweeps are enough to never leave a run next to a free node.
-const maxSweeps = 4
+// maxSweepsAfterLostRaces bounds the fresh sweeps a wake makes after a promotion lost a race a
+// fresh look may win (plan.Walked.LookAgain). A race is only lost to another writer that
+// changed the fleet or the queue, and that writer wakes the queue itself after its own commit,
+// so a few sweeps are enough to never leave a run next to a free node.
+const maxSweepsAfterLostRaces = 4
 
-// maxWakeSweeps bounds all of one wake's sweeps. In a large idle fleet a wake sweeps again as
-// long as it places runs, and under a steady stream of arrivals that never ends by itself: the
-// handler would answer only when the stream paused. What it leaves is the next wake's — every
-// submit that queues a run wakes after its commit.
-const maxWakeSweeps = 8
+// maxSweepsPerWake bounds all of one wake's sweeps. In a large idle fleet a wake sweeps again
+// as long as it places runs, and under a steady stream of arrivals that never ends by itself:
+// the handler would answer only when the stream paused. What it leaves is the next wake's —
+// every submit that queues a run wakes after its commit.
+const maxSweepsPerWake = 8
 
 // WakeParams is what the caller of a wake knows about the nodes it just freed.
 type WakeParams struct {
@@ -70,9 +91,14 @@ type WakeParams struct {
 	// boot: a promotion onto it reads the node's work in its own transaction, so the answer
 	// hands the node its next run without another query.
 	HandOver *NodeAtBoot
-	// Read is the queue as the caller's report read it inside its own transaction, after it
-	// held the node it freed (ReportResult.Read): the first sweep starts from it.
+	// Read is the queue as the caller read it inside its own transaction (ReportResult.Read,
+	// SubmitResult.Read): the first sweep starts from it instead of reading again.
 	Read *QueueRead
+	// Submitted is the run the caller's submit just queued, which Read predates: the first
+	// sweep walks Read with the run in it, and when that does not place the run the wake reads
+	// afresh — a node freed after the submit's read by a writer whose own wake ran before the
+	// submit's commit is seen by no one else.
+	Submitted *plan.Head
 }
 
 // NodeAtBoot is a node under one boot.
@@ -94,7 +120,16 @@ func (s *Store) WakeQueued(ctx context.Context, p WakeParams) (WakeResult, error
 	}
 	w := &waking{WakeParams: p, seed: strconv.FormatUint(rand.Uint64(), 36) + "/"}
 	w.Prefer = append(slices.Clone(p.Held), p.Prefer...)
+	if p.Submitted != nil && p.Read != nil {
+		read := p.Read.with(*p.Submitted)
+		w.Read = &read
+	}
 	err := s.sweeps(ctx, w)
+	if sub := p.Submitted; err == nil && sub != nil && p.Read != nil && ctx.Err() == nil {
+		if _, placed := w.res.Promotion(sub.RunID); !placed {
+			err = s.sweeps(ctx, w) // from a fresh read: see WakeParams.Submitted
+		}
+	}
 	rest := slices.DeleteFunc(slices.Clone(p.Held), func(n string) bool { return slices.Contains(w.res.Placed, n) })
 	if len(rest) == 0 || ctx.Err() != nil {
 		return w.res, err
@@ -114,15 +149,15 @@ func (s *Store) WakeQueued(ctx context.Context, p WakeParams) (WakeResult, error
 type waking struct {
 	WakeParams
 	// seed is the wake's own: concurrent wakes read the same free nodes and meet at the same
-	// head, and with the head's id alone as the seed every one of them planned the same node,
-	// all but one lost it, and they walked down the list in step, a lost transaction per node.
+	// head; with one seed they would all plan the same node, all but one lose it, and walk down
+	// the list in step, a lost transaction per node.
 	seed string
 	res  WakeResult
 }
 
 // sweeps sweeps until a sweep leaves nothing for another, within the bounds.
 func (s *Store) sweeps(ctx context.Context, w *waking) error {
-	for races, sweeps := 0, 0; races < maxSweeps && sweeps < maxWakeSweeps; sweeps++ {
+	for lost, sweeps := 0, 0; lost < maxSweepsAfterLostRaces && sweeps < maxSweepsPerWake; sweeps++ {
 		w.res.Sweeps++
 		before := w.res.Promoted
 		end, err := s.sweep(ctx, w)
@@ -131,8 +166,8 @@ func (s *Store) sweeps(ctx context.Context, w *waking) error {
 			return err
 		case end.partial && w.res.Promoted > before:
 			// It saw part of a large set of free nodes and used some: the rest may serve more.
-		case end.raced:
-			races++
+		case end.lookAgain:
+			lost++
 		default:
 			return nil
 		}
@@ -181,20 +216,10 @@ func withLiteral(st statement, param, literal string) statement {
 	return st
 }
 
-// head is a queued run the wake may place.
-type head struct {
-	RunID     string
-	Shape     string
-	CreatedAt time.Time
-	QueueRank int // 100 - priority: the queue orders by it first
-	Protected bool
-	Roles     []match.Role
-}
-
-// sweepEnd says why a sweep may leave work for another: raced, a promotion lost to another
-// writer; partial, the sweep saw only part of the available nodes; unmet, some head found no
-// nodes among those it saw.
-type sweepEnd struct{ raced, partial, unmet bool }
+// sweepEnd says why a sweep may leave work for another: lookAgain, a promotion lost a race a
+// fresh look may win; partial, the sweep saw only part of the available nodes; unmet, some
+// head found no nodes among those it saw.
+type sweepEnd struct{ lookAgain, partial, unmet bool }
 
 // sweep walks the queue once over the nodes available when it starts; the caller sweeps again
 // from fresh state when the end says so. When it saw only startNodes of the available nodes,
@@ -207,100 +232,90 @@ func (s *Store) sweep(ctx context.Context, w *waking) (sweepEnd, error) {
 	} else {
 		read, err = s.start(ctx, w.Held)
 	}
-	heads, avail := read.heads, read.avail
-	w.res.NodesRead += len(avail)
-	if err != nil || len(avail) == 0 {
+	w.res.NodesRead += len(read.avail)
+	if err != nil || len(read.avail) == 0 {
 		return sweepEnd{}, err
 	}
 	before := w.res.Promoted
-	end, err := s.walk(ctx, w, heads, &nodeSet{list: avail, prefer: w.Prefer})
-	end.partial = len(avail) == startNodes
+	end, err := s.walk(ctx, w, read, read.avail)
+	end.partial = len(read.avail) == startNodes
 	if err != nil || !end.partial || !end.unmet || w.res.Promoted > before {
 		return end, err
 	}
-	avail, partial, err := s.freeByNeed(ctx, heads, w.Held)
+	avail, partial, err := s.freeByNeed(ctx, read.heads, w.Held)
 	w.res.NodesRead += len(avail)
 	if err != nil {
 		return end, err
 	}
-	end, err = s.walk(ctx, w, heads, &nodeSet{list: avail, prefer: w.Prefer})
+	end, err = s.walk(ctx, w, read, avail)
 	end.partial = partial
 	return end, err
 }
 
-// walk places the heads, in arrival order, and the runs behind them, on the free nodes.
-func (s *Store) walk(ctx context.Context, w *waking, heads []head, free *nodeSet) (end sweepEnd, err error) {
-	res := &w.res
-	queue := headQueue(slices.Clone(heads))
-	heap.Init(&queue)
-	for queue.Len() > 0 && free.size() > 0 {
-		h := heap.Pop(&queue).(head)
-		res.Walked++
-		assigned, unmet := match.Assign(h.Roles, free.nodes(), w.seed+h.RunID)
-		if len(unmet) > 0 {
-			end.unmet = true
-			if h.Protected {
-				// No younger run may take a node this run could use: it keeps waiting for
-				// the rest, and the narrow runs flow through the other nodes.
-				free.removeCapable(h.Roles)
+// walk places the read's heads on avail (plan.Walk), each promotion a transaction of its own.
+func (s *Store) walk(ctx context.Context, w *waking, read QueueRead, avail []AvailableNode) (sweepEnd, error) {
+	next := read.behindCopy()
+	var stop error
+	walked := plan.Walk(read.heads, planNodes(avail), plan.Options{Seed: w.seed, Prefer: func(plan.Head) []string { return w.Prefer }},
+		func(h plan.Head, assigned map[string]string) plan.Placement {
+			p, err := s.promote(ctx, w, h, assigned)
+			if err != nil {
+				stop = err
+				return plan.Placement{Outcome: plan.Stop}
 			}
-			continue // nothing behind it in this shape can be placed either
-		}
-		placed, outcome, err := s.promote(ctx, w, h, assigned)
-		switch {
-		case errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			return end, err
-		case outcome == nodesTaken, outcome == nodesChanged:
-			// Another wake or a submit is taking a planned node (and will use it), a restart is
-			// changing it (and wakes after its commit), or it went: the same head, on the nodes
-			// left.
-			for _, node := range assigned {
-				if !slices.Contains(placed.had, node) {
-					free.remove(node)
-				}
+			if p.Outcome != plan.Placed {
+				return p
 			}
-			heap.Push(&queue, h)
-			// A node changed under the promotion (it restarted, or a lease slipped in) and was
-			// refused at COMMIT: no one else is sure to use it, so a fresh sweep looks again.
-			end.raced = end.raced || outcome == nodesChanged
-			continue
-		case err != nil:
-			// This promotion failed (logged; the walk goes on with the other shapes): a
-			// fresh sweep looks again.
-			end.raced = true
-			s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
-			continue
-		case outcome == runsTaken:
-			// Every run of the shape from the head on is promoted, or held by another writer
-			// that will place it, end it, or (a priority change) wake after its commit:
-			// nothing more of this shape, and nothing to look at again for it.
-			continue
-		}
-		res.Promoted++
-		h = placed.head // go on behind the run actually placed
-		res.Runs = append(res.Runs, h.RunID)
-		for _, node := range assigned {
-			free.remove(node)
-			res.Placed = append(res.Placed, node)
-		}
-		if free.size() == 0 {
-			break
-		}
-		if next, ok, err := s.nextOfShape(ctx, h); err != nil {
-			return end, err
-		} else if ok {
-			heap.Push(&queue, next)
-		}
-	}
-	return end, nil
+			w.res.Promoted++
+			w.res.Runs = append(w.res.Runs, p.Run.RunID)
+			w.res.Placed = append(w.res.Placed, slices.Collect(maps.Values(assigned))...)
+			if p.Next, err = s.nextAfter(ctx, next, p.Run); err != nil {
+				stop = err
+				return plan.Placement{Outcome: plan.Stop}
+			}
+			return p
+		})
+	w.res.Walked += walked.Walked
+	return sweepEnd{lookAgain: walked.LookAgain, unmet: walked.Unmet}, stop
 }
 
-// QueueRead is what wake_start read: the heads, how many runs of each head's shape are queued
-// (up to one more than the nodes it reads), and available nodes that could serve them.
+// nextAfter is the run of placed's shape the wake walks after placed: from the runs the read
+// found behind the head while they last, else read now (wake_next_of_shape).
+func (s *Store) nextAfter(ctx context.Context, next map[string]behind, placed plan.Head) (*plan.Head, error) {
+	b := next[placed.Shape]
+	if i := slices.IndexFunc(b.runs, func(r plan.Head) bool { return r.RunID == placed.RunID }); i >= 0 {
+		b.runs = b.runs[i+1:]
+	}
+	if len(b.runs) > 0 {
+		h := b.runs[0]
+		b.runs = b.runs[1:]
+		next[placed.Shape] = b
+		return &h, nil
+	}
+	next[placed.Shape] = b
+	if b.complete {
+		return nil, nil
+	}
+	h, ok, err := s.nextOfShape(ctx, placed)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// QueueRead is what wake_start read: the heads, the runs of each head's shape behind it, and
+// available nodes that could serve them.
 type QueueRead struct {
-	heads   []head
-	waiting map[string]int
-	avail   []AvailableNode
+	heads  []plan.Head
+	behind map[string]behind // by shape
+	avail  []AvailableNode
+}
+
+// behind is the runs of a shape behind its head, in the order the wake takes them; complete
+// when they are all the shape has queued.
+type behind struct {
+	runs     []plan.Head
+	complete bool
 }
 
 // start reads the heads and the available nodes that could serve them (wake_start).
@@ -329,91 +344,115 @@ func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 			protected *bool
 			roles     []match.Role
 			labels    []string
-			waiting   *int
+			runs      []plan.Head
 		)
-		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &waiting); err != nil {
+		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &runs); err != nil {
 			return start.fail(err)
 		}
-		if isHead {
-			r.heads = append(r.heads, head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles})
-			if r.waiting == nil {
-				r.waiting = map[string]int{}
-			}
-			r.waiting[*shape] = *waiting
-		} else {
+		if !isHead {
 			r.avail = append(r.avail, AvailableNode{NodeID: id, Labels: labels})
+			continue
 		}
+		h := plan.Head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles}
+		r.heads = append(r.heads, h)
+		for i := range runs {
+			runs[i].Shape, runs[i].Roles = h.Shape, h.Roles
+		}
+		if r.behind == nil {
+			r.behind = map[string]behind{}
+		}
+		r.behind[h.Shape] = behind{runs: runs}
 	}
-	return start.fail(rows.Err())
+	if err := rows.Err(); err != nil {
+		return start.fail(err)
+	}
+	// behind_head reads one run more than the nodes read could take: with it, the list is not
+	// the whole shape.
+	for shape, b := range r.behind {
+		if b.complete = len(b.runs) <= len(r.avail); !b.complete {
+			b.runs = b.runs[:len(r.avail)]
+		}
+		r.behind[shape] = b
+	}
+	return nil
 }
 
-// leaves says whether the queue, as read, leaves room for a run submitted behind it, and
-// where (and what is left): a wake walking the queue now places every queued run it can — each head's shape as
-// many times as it has runs queued — in queue order, on the nodes read and the new run's own
-// available candidates, and the new run is placed on what that leaves, or not at all (nil).
-// Every queued run counts as ahead of it, whatever the priorities: the read does not say which
-// are, and assuming all of them takes nothing from anyone.
-//
-// The queued runs take the nodes the queue's read found first, and the new run its own
-// candidates first: those come from a walk of its own (submit_candidates), so concurrent
-// submits reach for different nodes instead of colliding on the ones every read finds first.
-func (r QueueRead) leaves(run wire.NewRun, candidates []match.Node, maxWidth int) (map[string]string, []match.Node) {
-	free := &nodeSet{list: slices.Clone(r.avail)}
-	var own []string
+// behindCopy is the read's lists behind the heads, for one walk to take runs from.
+func (r QueueRead) behindCopy() map[string]behind {
+	out := make(map[string]behind, len(r.behind))
+	for shape, b := range r.behind {
+		out[shape] = behind{runs: slices.Clone(b.runs), complete: b.complete}
+	}
+	return out
+}
+
+// with is the read with run queued too: the head of its shape if it goes before that shape's
+// head, else among the runs behind it, in their order.
+func (r QueueRead) with(run plan.Head) QueueRead {
+	out := QueueRead{heads: slices.Clone(r.heads), behind: r.behindCopy(), avail: r.avail}
+	i := slices.IndexFunc(out.heads, func(h plan.Head) bool { return h.Shape == run.Shape })
+	if i < 0 {
+		out.heads = append(out.heads, run)
+		out.behind[run.Shape] = behind{complete: true}
+		return out
+	}
+	b := out.behind[run.Shape]
+	all := append([]plan.Head{out.heads[i]}, b.runs...)
+	at, _ := slices.BinarySearchFunc(all, run, func(a, x plan.Head) int {
+		if x.Before(a) {
+			return 1
+		}
+		return -1
+	})
+	all = slices.Insert(all, at, run)
+	out.heads[i], b.runs = all[0], all[1:]
+	out.behind[run.Shape] = b
+	return out
+}
+
+// admits says whether the queue, as read, leaves room for run submitted behind it, and where
+// (nil: it waits), with the free nodes left for it (plan.Admit): its own available candidates
+// are offered beside the nodes the read found.
+func (r QueueRead) admits(run wire.NewRun, candidates []match.Node) (map[string]string, []match.Node) {
+	free := planNodes(r.avail)
+	var queued, own []string
 	for _, a := range r.avail {
-		free.prefer = append(free.prefer, a.NodeID)
+		queued = append(queued, a.NodeID)
 	}
 	for _, c := range candidates {
 		if !c.Available {
 			continue
 		}
 		own = append(own, c.ID)
-		if !slices.ContainsFunc(free.list, func(a AvailableNode) bool { return a.NodeID == c.ID }) {
-			free.list = append(free.list, AvailableNode{NodeID: c.ID, Labels: c.Labels})
+		if !slices.Contains(queued, c.ID) {
+			free = append(free, plan.Node{ID: c.ID, Labels: c.Labels})
 		}
 	}
-	queue := headQueue(slices.Clone(r.heads))
-	heap.Init(&queue)
-	for queue.Len() > 0 && free.size() > 0 {
-		h := heap.Pop(&queue).(head)
-		for range r.waiting[h.Shape] {
-			assigned, unmet := match.Assign(h.Roles, free.nodes(), h.RunID)
-			if len(unmet) > 0 {
-				if h.Protected {
-					free.removeCapable(h.Roles)
-				}
-				break
-			}
-			for _, node := range assigned {
-				free.remove(node)
-			}
-		}
+	var shapes [][]plan.Head
+	for _, h := range r.heads {
+		shapes = append(shapes, append([]plan.Head{h}, r.behind[h.Shape].runs...))
 	}
-	free.prefer = own
-	left := free.nodes()
-	slices.SortStableFunc(left, func(a, b match.Node) int { // its own candidates first, as spares
-		return cmpBool(b.Preferred, a.Preferred)
-	})
-	if res := match.Place(matchRoles(run.Roles), left, maxWidth, run.RunID); res.Verdict == match.Placeable {
-		return res.Assigned, left
+	head := plan.Head{RunID: run.RunID, Shape: Shape(run.Roles), Roles: matchRoles(run.Roles)}
+	assigned, left := plan.Admit(shapes, free, queued, own, head, run.RunID+"/")
+	out := make([]match.Node, len(left))
+	for i, n := range left {
+		out[i] = match.Node{ID: n.ID, Labels: n.Labels, Available: true, Preferred: slices.Contains(own, n.ID)}
 	}
-	return nil, left
+	return assigned, out
 }
 
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
+// planNodes are available nodes as the planner takes them.
+func planNodes(avail []AvailableNode) []plan.Node {
+	out := make([]plan.Node, len(avail))
+	for i, a := range avail {
+		out[i] = plan.Node{ID: a.NodeID, Labels: a.Labels}
 	}
-	return -1
+	return out
 }
 
 // freeByNeed reads the available nodes per need of the heads (wake_free_by_need). partial: some
 // need may have more capable nodes than were read.
-func (s *Store) freeByNeed(ctx context.Context, heads []head, held []string) (avail []AvailableNode, partial bool, err error) {
+func (s *Store) freeByNeed(ctx context.Context, heads []plan.Head, held []string) (avail []AvailableNode, partial bool, err error) {
 	var needs [][]string
 	k := 0
 	for _, h := range heads {
@@ -442,31 +481,24 @@ func (s *Store) freeByNeed(ctx context.Context, heads []head, held []string) (av
 	return avail, partial, err
 }
 
-// promoteOutcome is what became of one promotion.
-type promoteOutcome int
-
-const (
-	promoted     promoteOutcome = iota
-	nodesTaken                  // a planned node is held by another writer, or gone: nothing written
-	nodesChanged                // a constraint refused a planned node at COMMIT: nothing written
-	runsTaken                   // the nodes were had, but no run of the shape from the head on
-)
-
 // promote places the oldest free run of h's shape, from h on, on the nodes planned for h's
-// roles. It returns the run it placed (h, or one behind it), or the planned nodes it could
-// hold when they were not all free, and what became of it. A promotion onto the wake's
-// hand-over node reads that node's work in the same transaction (w.res.HandedOver).
-func (s *Store) promote(ctx context.Context, w *waking, h head, assigned map[string]string) (promotion, promoteOutcome, error) {
+// roles, and says what became of it (plan.Outcome). A promotion onto the wake's hand-over node
+// reads that node's work in the same transaction (w.res.HandedOver). The error is one the walk
+// cannot go on past: the database unavailable, the deadline passed; any other failure is
+// logged and is the outcome Failed.
+func (s *Store) promote(ctx context.Context, w *waking, h plan.Head, assigned map[string]string) (plan.Placement, error) {
 	slots := roleSlots(h.Roles, assigned)
 	needs, nodes := make([]string, len(slots)), make([]string, len(slots))
 	for i, sl := range slots {
 		needs[i], nodes[i] = sl.need, sl.node
 	}
 	var (
-		had       []string
-		runID     *string
-		createdAt *time.Time
-		rank      *int
+		had          []string
+		runID        *string
+		createdAt    *time.Time
+		rank         *int
+		startedAt    *time.Time
+		roles, where []string
 	)
 	promote := wakePromote
 	if h.Protected {
@@ -476,7 +508,7 @@ func (s *Store) promote(ctx context.Context, w *waking, h head, assigned map[str
 		"head_shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID, "head_queue_rank": h.QueueRank,
 		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
 	}
-	scan := func(row pgx.Row) error { return row.Scan(&had, &runID, &createdAt, &rank) }
+	scan := func(row pgx.Row) error { return row.Scan(&had, &runID, &createdAt, &rank, &startedAt, &roles, &where) }
 	var err error
 	if to := w.HandOver; to != nil && slices.Contains(nodes, to.NodeID) {
 		var work *NodeWork
@@ -508,21 +540,29 @@ func (s *Store) promote(ctx context.Context, w *waking, h head, assigned map[str
 			w.res.HandedOver = work
 		}
 	} else {
-		err = promote.queryRow(ctx, s.pool, args).Scan(&had, &runID, &createdAt, &rank)
+		err = scan(promote.queryRow(ctx, s.pool, args))
 	}
 	switch {
-	case errors.Is(err, ErrNodeTaken):
-		return promotion{head: h}, nodesChanged, nil
+	case errors.Is(err, ErrNodeChanged):
+		return plan.Placement{Outcome: plan.NodesRefused, Lost: nodes}, nil
+	case errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return plan.Placement{}, err
 	case err != nil:
-		return promotion{head: h}, runsTaken, err
+		s.log.Error("wake: promotion failed", "run_id", h.RunID, "error", err.Error())
+		return plan.Placement{Outcome: plan.Failed}, nil
 	case len(had) < len(nodes):
-		return promotion{head: h, had: had}, nodesTaken, nil
+		return plan.Placement{Outcome: plan.NodesTaken, Lost: slices.DeleteFunc(nodes, func(n string) bool { return slices.Contains(had, n) })}, nil
 	case runID == nil:
-		return promotion{head: h}, runsTaken, nil
+		return plan.Placement{Outcome: plan.ShapeTaken}, nil
 	}
 	placed := h
 	placed.RunID, placed.CreatedAt, placed.QueueRank = *runID, *createdAt, *rank
-	return promotion{head: placed}, promoted, nil
+	p := Promotion{RunID: *runID, StartedAt: *startedAt, Assigned: map[string]string{}}
+	for i := range min(len(roles), len(where)) {
+		p.Assigned[roles[i]] = where[i]
+	}
+	w.res.Promotions = append(w.res.Promotions, p)
+	return plan.Placement{Outcome: plan.Placed, Run: placed}, nil
 }
 
 // roleSlot is one role of a head with the node planned for it.
@@ -546,101 +586,21 @@ func roleSlots(roles []match.Role, assigned map[string]string) []roleSlot {
 	return slots
 }
 
-// promotion is the run a promotion placed (or meant to), and the planned nodes it held.
-type promotion struct {
-	head
-	had []string
-}
-
-func (s *Store) nextOfShape(ctx context.Context, h head) (head, bool, error) {
+// nextOfShape reads the head of h's shape once the runs before it are placed.
+func (s *Store) nextOfShape(ctx context.Context, h plan.Head) (plan.Head, bool, error) {
 	rows, err := s.wakeNextOfShape.query(ctx, s.pool, named{"head_shape": h.Shape})
 	if err != nil {
-		return head{}, false, err
+		return plan.Head{}, false, err
 	}
-	next, err := pgx.CollectOneRow(rows, pgx.RowToStructByPos[head])
+	next, err := pgx.CollectOneRow(rows, pgx.RowToStructByPos[plan.Head])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return head{}, false, nil
+		return plan.Head{}, false, nil
 	}
 	return next, err == nil, s.wakeNextOfShape.fail(err)
 }
 
-// before says whether the wake takes h before o: protected runs first, in arrival order among
-// themselves, then queue order — the Go twin of sql/rules.sql's protected, arrival and
-// queue_order (TestQueueOrderInGoIsTheQueueOrderInSQL). run_id compares as bytes, as the
-// database's C collation does (make dev's and the tests'); under another collation only runs
-// of different shapes created in the same microsecond could be walked in another order than
-// queue_position counts them, which is no promise either way.
-func (h head) before(o head) bool {
-	switch {
-	case h.Protected != o.Protected:
-		return h.Protected
-	case !h.Protected && h.QueueRank != o.QueueRank:
-		return h.QueueRank < o.QueueRank
-	case !h.CreatedAt.Equal(o.CreatedAt):
-		return h.CreatedAt.Before(o.CreatedAt)
-	}
-	return h.RunID < o.RunID
-}
-
 // needKey is a role's needs as one string: the Go twin of sql/rules.sql's need_key.
 func needKey(needs []string) string { return strings.Join(needs, ",") }
-
-// headQueue orders heads in queue order.
-type headQueue []head
-
-func (q headQueue) Len() int           { return len(q) }
-func (q headQueue) Less(i, j int) bool { return q[i].before(q[j]) }
-func (q headQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *headQueue) Push(x any)        { *q = append(*q, x.(head)) }
-func (q *headQueue) Pop() any {
-	old := *q
-	h := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return h
-}
-
-// nodeSet is the sweep's view of the available nodes: nodes it promoted onto leave it, so the
-// sweep never tries to place two runs on one node (the lease PK would refuse the second).
-type nodeSet struct {
-	list   []AvailableNode
-	prefer []string
-}
-
-func (s *nodeSet) size() int { return len(s.list) }
-
-func (s *nodeSet) nodes() []match.Node {
-	out := make([]match.Node, len(s.list))
-	for i, n := range s.list {
-		out[i] = match.Node{ID: n.NodeID, Labels: n.Labels, Available: true, Preferred: slices.Contains(s.prefer, n.NodeID)}
-	}
-	return out
-}
-
-func (s *nodeSet) remove(id string) {
-	for i, n := range s.list {
-		if n.NodeID == id {
-			s.list = append(s.list[:i], s.list[i+1:]...)
-			return
-		}
-	}
-}
-
-func (s *nodeSet) removeCapable(roles []match.Role) {
-	kept := s.list[:0]
-	for _, n := range s.list {
-		capable := false
-		for _, r := range roles {
-			if match.Satisfies(n.Labels, r.Needs) {
-				capable = true
-				break
-			}
-		}
-		if !capable {
-			kept = append(kept, n)
-		}
-	}
-	s.list = kept
-}
 
 // nonNil is list, or an empty list for none: ANY (NULL) would match nothing by another path.
 func nonNil(list []string) []string {

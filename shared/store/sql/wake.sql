@@ -19,8 +19,7 @@ coalesce(
 
 -- name: wake_start
 -- All a sweep reads before it places anything, in one round trip: the head (the first run in
--- queue order) of every shape, with how many runs of its shape are queued (up to one more than
--- the nodes it reads: a submit asks whether the queue leaves it room, QueueRead.leaves), and up
+-- queue order) of every shape, with the runs of its shape behind it (behind_head), and up
 -- to {{startNodes}} available nodes that could serve one of them. It answers nothing unless both
 -- exist, so a wake that can place nothing costs this one statement, whatever the depth of the
 -- queue or the size of the fleet.
@@ -63,11 +62,31 @@ WITH RECURSIVE {{queued_shapes}}, heads AS (
     LIMIT {{startNodes}}
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles, NULL::text[],
-       (SELECT count(*) FROM (SELECT 1 FROM runs q WHERE q.state = {{QUEUED}} AND q.shape = h.shape
-                              ORDER BY q.shape, {{arrival q}} LIMIT {{startNodes}} + 1) w)
+       {{behind_head h}}
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
 SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL FROM free f
+
+-- fragment: behind_head(h)
+-- The queued runs of head h's shape behind it, in the order the wake takes them (protected ones
+-- in arrival order, then the rest in queue order, as head_of_shape picks), as JSON: as many as
+-- the free nodes read could take and one more, so that a reader knows when it has them all. A
+-- submit walks them to see what room the queue leaves it (plan.Admit); a wake takes its next
+-- run of the shape from them without a read of its own (wake_next_of_shape), while they last.
+-- Two capped index scans per head, only when nodes are free.
+(SELECT coalesce(json_agg(json_build_object('RunID', b.run_id, 'CreatedAt', b.created_at,
+            'QueueRank', b.queue_rank, 'Protected', b.part = 0) ORDER BY b.part, b.o), '[]')
+ FROM (SELECT * FROM (
+     SELECT p.*, 0 AS part, row_number() OVER (ORDER BY {{arrival p}}) AS o FROM (
+         SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
+         WHERE o.state = {{QUEUED}} AND o.shape = h.shape AND {{protected o}} AND o.run_id <> h.run_id
+         ORDER BY o.shape, {{arrival o}} LIMIT (SELECT count(*) + 1 FROM free)) p
+     UNION ALL
+     SELECT q.*, 1, row_number() OVER (ORDER BY {{queue_order q}}) FROM (
+         SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
+         WHERE o.state = {{QUEUED}} AND o.shape = h.shape AND NOT {{protected o}} AND o.run_id <> h.run_id
+         ORDER BY o.shape, {{queue_order o}} LIMIT (SELECT count(*) + 1 FROM free)) q
+ ) u ORDER BY u.part, u.o LIMIT (SELECT count(*) + 1 FROM free)) b)
 
 -- name: wake_next_of_shape
 -- The head of a shape (@head_shape) once its last head was promoted.
@@ -123,7 +142,9 @@ slot AS (
 
 -- fragment: promote_pick
 -- Promotes the run of pick onto the slots: the conditional update (I6), the leases (I1), the
--- roles' node ids, the event; then says which nodes it held and which run it placed.
+-- roles' node ids, the event; then says which nodes it held, which run it placed, and where —
+-- its start and each role's node, so that a caller answers with the run as promoted without
+-- reading it again.
 role AS (
     SELECT ro.role, {{need_key ro}} AS need,
            row_number() OVER (ORDER BY {{need_key ro}} COLLATE "C", ro.role COLLATE "C") AS ord
@@ -134,7 +155,7 @@ role AS (
     UPDATE runs r SET state = {{RUNNING}}, started_at = now(),
         deadline_at = now() + r.timeout_seconds * interval '1 second'
     FROM pick WHERE r.run_id = pick.run_id AND r.state = {{QUEUED}} AND pick.width = (SELECT count(*) FROM assign)
-    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank
+    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at
 ), roles AS (
     UPDATE run_roles ro SET node_id = a.node_id FROM run, assign a
     WHERE ro.run_id = run.run_id AND ro.role = a.role
@@ -146,7 +167,9 @@ role AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
     SELECT run_id, attempt, 'promoted', {{QUEUED}}, {{RUNNING}} FROM run
 )
-SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank
+SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank,
+       run.started_at, (SELECT array_agg(a.role ORDER BY a.role) FROM assign a WHERE run.run_id IS NOT NULL),
+       (SELECT array_agg(a.node_id ORDER BY a.role) FROM assign a WHERE run.run_id IS NOT NULL)
 FROM (SELECT 1) one LEFT JOIN run ON true
 
 -- name: wake_promote
