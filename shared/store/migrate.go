@@ -33,7 +33,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 	})
 }
 
-// MigrateDown undoes every migration (for the round-trip test and `make migrate-down`).
+// MigrateDown undoes every migration. Only tests call it: the round trip, and those that need an
+// empty database to watch a start-up or a deploy migrate it. Nothing deployed goes down (see
+// Migrate).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 	return withMigrator(pool, func(m *migrate.Migrate) error {
 		if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
