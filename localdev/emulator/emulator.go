@@ -156,14 +156,9 @@ type Function struct {
 	done chan struct{}
 }
 
-// Start runs the bootstrap under the emulator with env (the function's configuration).
-func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Function, error) {
-	return StartUnder(ctx, rie, "", bootstrap, name, env)
-}
-
-// StartUnder is Start with the emulator running `runner ./bootstrap` in the bootstrap's
-// directory, runner being what runs a bootstrap built for another machine (Arm64Runner); an
-// empty runner runs the bootstrap itself.
+// StartUnder runs the bootstrap under the emulator with env (the function's configuration).
+// The emulator runs `runner ./bootstrap` in the bootstrap's directory, runner being what runs a
+// bootstrap built for another machine (Arm64Runner); an empty runner runs the bootstrap itself.
 func StartUnder(ctx context.Context, rie, runner, bootstrap, name string, env []string) (*Function, error) {
 	// A port freeAddrs chose can be taken by another process before the emulator binds it;
 	// the emulator then exits, and a fresh pair of ports is tried.
