@@ -1,7 +1,7 @@
 # Mediator. `make help` lists the targets; `make dev` and `make test` are the two that matter.
 SHELL := /bin/bash
 # A recipe's pipeline fails when any part of it fails: `make stress` pipes the tests through
-# grep, and without this it answered grep's status, 0 however the tests ended.
+# grep, and without this it would answer grep's status, 0 however the tests end.
 .SHELLFLAGS := -o pipefail -c
 GO ?= go
 LOCAL := $(GO) run ./localdev/cmd/mediatorlocal

@@ -1,7 +1,7 @@
 -- free_nodes lists the nodes no lease holds. A submit looking for a free board, and a wake
--- looking for a node a queued run could use, read it instead of the whole fleet: with two
--- thousand boards, finding a free one cost a scan of all of them and a lease lookup for each,
--- on every submit and every wake, at any utilisation.
+-- looking for a node a queued run could use, read it instead of the whole fleet: without it,
+-- finding a free board costs a scan of every board and a lease lookup for each, on every
+-- submit and every wake, at any utilisation.
 --
 -- Triggers keep it: a lease taken removes the node, a lease released puts it back (at a new
 -- random place), a new node starts in it, a removed node leaves it. Nothing else writes it.

@@ -1,7 +1,6 @@
 -- GET /v1/runs?state=...: newest first within one state, per owner and for admins. Without the
--- state in the index a page of a rare state read every newer run of the others first — for an
--- owner with no run in that state, its whole history: 543 buffers for 6,000 runs (3 with
--- these), and past a second for 40,000 runs read from disk.
+-- state in the index a page of a rare state reads every newer run of the others first — for an
+-- owner with no run in that state, its whole history.
 --
 -- Built in the migration's one transaction (golang-migrate sends the file as one query), so
 -- writes to runs wait for the build; the statement timeout (the proxy's, through RDS Proxy) is

@@ -12,7 +12,7 @@ SET LOCAL statement_timeout = 0;
 -- The bucket of an arrival time at a grain: whole spans since the epoch, whatever the session's
 -- time zone. The trigger and the store's queue_position both read it, so they cannot disagree.
 -- Every function in it is immutable (extract from a timestamptz is only stable), so PostgreSQL
--- inlines it into the statements that call it; not inlined, a submit called it once per
+-- inlines it into the statements that call it; not inlined, a submit would call it once per
 -- counted row.
 CREATE FUNCTION queue_bucket(t timestamptz, span integer) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE

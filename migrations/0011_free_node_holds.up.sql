@@ -1,9 +1,9 @@
 -- A node a report frees while runs are queued is held, for a few seconds, for the reporter's
 -- own wake: only that wake places a run on it (and hands the run over in the report's answer),
--- or lets it go before it sweeps again. Without the hold every submit that queued a run in
--- the meantime saw the freed node too, and its wake and the reporter's met at the queue's head
--- on that node: one promotion in two was lost, a transaction each, and the node's next run
--- waited for a heartbeat instead of coming in the answer.
+-- or lets it go before it sweeps again. Without the hold every submit that queues a run in
+-- the meantime sees the freed node too, and its wake and the reporter's meet at the queue's
+-- head on that node: all their promotions but one are lost, a transaction each, and the node's
+-- next run waits for a heartbeat instead of coming in the answer.
 --
 -- A hold never needs to be undone by anyone but its holder: once held_until has passed the node
 -- is as free as any other, so a reporter that died before its wake delays the node by the hold

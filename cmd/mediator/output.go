@@ -247,11 +247,6 @@ func unmetLines(unmet []client.Unmet) []string {
 	return out
 }
 
-// state is a run's state with its reason: "FAILED step_failed".
-func state(r client.Run) string {
-	return strings.TrimSpace(r.State + " " + r.ReasonText())
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return ""

@@ -16,8 +16,8 @@ const (
 	// An idle agent asks again after firstPoll, then backs off to maxPoll: quick to pick up
 	// the run that follows the last one, cheap while there is none. (Real agents heartbeat
 	// every LEASE_TTL/3; these poll far faster so the benchmark measures Mediator, not the
-	// wait. At a flat 20 ms, fifty idle agents were half of all requests and took the CPU
-	// the submitters needed to give them work.)
+	// wait. Polling fast without backing off, idle agents would make most of the requests and
+	// take the CPU the submitters need to give them work.)
 	firstPoll = 10 * time.Millisecond
 	maxPoll   = 200 * time.Millisecond
 )

@@ -156,14 +156,9 @@ type Function struct {
 	done chan struct{}
 }
 
-// Start runs the bootstrap under the emulator with env (the function's configuration).
-func Start(ctx context.Context, rie, bootstrap, name string, env []string) (*Function, error) {
-	return StartUnder(ctx, rie, "", bootstrap, name, env)
-}
-
-// StartUnder is Start with the emulator running `runner ./bootstrap` in the bootstrap's
-// directory, runner being what runs a bootstrap built for another machine (Arm64Runner); an
-// empty runner runs the bootstrap itself.
+// StartUnder runs the bootstrap under the emulator with env (the function's configuration).
+// The emulator runs `runner ./bootstrap` in the bootstrap's directory, runner being what runs a
+// bootstrap built for another machine (Arm64Runner); an empty runner runs the bootstrap itself.
 func StartUnder(ctx context.Context, rie, runner, bootstrap, name string, env []string) (*Function, error) {
 	// A port freeAddrs chose can be taken by another process before the emulator binds it;
 	// the emulator then exits, and a fresh pair of ports is tried.
@@ -215,8 +210,8 @@ func startOnce(ctx context.Context, rie, runner, bootstrap, name string, env []s
 // waitListening waits for the emulator to listen on its port (it does right after it starts;
 // the function itself starts on the first invoke, as a cold start does). Where the system
 // says which process holds a socket (Linux), it waits for the emulator's own listener: a port
-// taken by another process before the emulator bound it also accepts connections, and the
-// test then talked to whatever that was — until it went, and an invoke was refused.
+// taken by another process before the emulator bound it also accepts connections, and a test
+// would talk to whatever holds it — until it goes, and an invoke is refused.
 func (f *Function) waitListening(ctx context.Context) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
@@ -319,8 +314,8 @@ func (f *Function) Log() string { return f.out.String() }
 
 // WaitLog waits until a whole line of output contains want and returns the output. The emulator answers an invoke
 // before the function's own output has crossed both pipes (the function's to the emulator's,
-// the emulator's to ours), so a log read right after the answer can miss the last lines: CI
-// once saw an unmigrated refusal without its message.
+// the emulator's to ours), so a log read right after the answer can miss the last lines, such
+// as the message that explains the refusal the answer reports.
 func (f *Function) WaitLog(ctx context.Context, want string) (string, error) {
 	for {
 		out, changed := f.out.snapshot()
@@ -363,8 +358,8 @@ func (f *Function) LogLines() []string {
 func wholeLines(out string) string { return out[:strings.LastIndexByte(out, '\n')+1] }
 
 // freeAddrs are n distinct free loopback addresses. Each listener is held until all are
-// chosen: closed one by one, the kernel handed the same port out twice about once in 6,000
-// pairs, and the emulator died on "address already in use".
+// chosen: closed one by one, the kernel may hand the same port out twice, and the emulator
+// then dies on "address already in use".
 func freeAddrs(n int) ([]string, error) {
 	var addrs []string
 	for range n {

@@ -58,7 +58,7 @@ func (c *Counter) add(ctx context.Context, txs int64) {
 }
 
 // begins looks at the first word only: statements run to kilobytes, and lowering a whole one
-// per statement cost the benchmark more CPU than some of the statements it counted.
+// per statement would cost the benchmark more CPU than some of the statements it counts.
 func begins(sql string) bool {
 	sql = strings.TrimLeft(sql, " \t\n")
 	return len(sql) >= 5 && strings.EqualFold(sql[:5], "begin")

@@ -111,8 +111,8 @@ func ensureTemplate(ctx context.Context, name string) (string, error) {
 		return err
 	})
 	// Another binary won: duplicate_database when its rename had committed before ours began,
-	// unique_violation on pg_database's name when the two renames ran at once (a clean
-	// clone's first `make test` lost a package to that).
+	// unique_violation on pg_database's name when the two renames ran at once. Its template is
+	// the same schema: take it, or every test of this package fails for losing a race.
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && (pg.Code == "42P04" || pg.Code == "23505") {
 		_ = admin(ctx, func(c *pgx.Conn) error {

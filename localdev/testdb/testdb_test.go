@@ -11,7 +11,7 @@ import (
 
 // Test binaries start together on a clean clone and all build the template at once. One whose
 // rename runs while another's is still uncommitted must take the other's template, not fail:
-// a clean clone's first `make test` lost a whole package to that.
+// failing, it fails every test of its package.
 func TestTemplateRenameRacesAnother(t *testing.T) {
 	URL(t) // the server
 	ctx := context.Background()

@@ -71,9 +71,9 @@ func TestCancel(t *testing.T) {
 }
 
 // After a forced cancel every report of the node is 409, an acknowledging `cancelled` too: the
-// system ended its step, the node did not report it, so it is no repeat of a report. (It was
-// taken for one, 200, because the step kept the epoch of its `started`.) A node's own
-// acknowledgement, repeated, stays 200.
+// system ended its step, the node did not report it, so it is no repeat of a report. (The
+// system's end clears the step's epoch: kept from its `started`, it would make the `cancelled`
+// pass for a repeat, 200.) A node's own acknowledgement, repeated, stays 200.
 func TestReportsAfterAForcedCancelAreStale(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)

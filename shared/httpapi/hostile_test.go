@@ -290,9 +290,9 @@ func TestHostileCatalogue(t *testing.T) {
 		hostileCase{name: "node B reports A's step as itself", who: nodeB, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("B", "b1", epochB, "succeeded"), status: 409, code: "stale_assignment"},
 		hostileCase{name: "node B reports A's step under A's epoch", who: nodeB, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("B", "b1", epochA, "succeeded"), status: 409, code: "stale_assignment"},
 		hostileCase{name: "node B reports A's step in A's name", who: nodeB, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("A", "a1", epochA, "succeeded"), status: 403, code: "forbidden"},
-		// Was a defect: the store's "same report again" shortcut ran before the fence and
-		// compared only the step's epoch, state and exit code, so any node repeating the
-		// assigned node's last report got 200 and learnt the run's and the step's state.
+		// The store's "same report again" answer is the reporting node's alone: matched on the
+		// step's epoch, state and exit code only, any node repeating the assigned node's last
+		// report would get 200 and learn the run's and the step's state.
 		hostileCase{name: "node B repeats A's report under A's epoch", who: nodeB, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("B", "b1", epochA, "started"), status: 409, code: "stale_assignment"},
 		hostileCase{name: "node A reports with another boot", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("A", "old-boot", epochA, "succeeded"), status: 409, code: "stale_assignment"},
 		hostileCase{name: "node A reports under an old epoch", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("A", "a1", epochA+1000, "succeeded"), status: 409, code: "stale_assignment"},
@@ -301,8 +301,8 @@ func TestHostileCatalogue(t *testing.T) {
 		hostileCase{name: "node A starts a step before its after", who: nodeA, method: "POST", target: "/v1/runs/held/steps/test/result", body: report("A", "a1", epochA, "started"), status: 409, code: "not_runnable"},
 		hostileCase{name: "node A finishes a step it never started", who: nodeA, method: "POST", target: "/v1/runs/held/steps/test/result", body: report("A", "a1", epochA, "succeeded"), status: 409, code: "not_runnable"},
 		hostileCase{name: "node A reports under an epoch newer than its lease", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("A", "a1", epochA+1, "started"), status: 409, code: "stale_assignment"},
-		// Was a defect: the decoder let `"status": ""` through; the store wrote the step's
-		// state as '', steps_state_valid refused it, and the node got 500, not 400.
+		// An empty status is malformed: let through, the store would write the step's state as
+		// '', steps_state_valid would refuse it, and the node would get 500, not 400.
 		hostileCase{name: "node A reports an empty status", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/result", body: report("A", "a1", epochA, ""), status: 400, code: "invalid_request", path: "status"},
 	)
 
@@ -315,8 +315,8 @@ func TestHostileCatalogue(t *testing.T) {
 		add(hostileCase{name: "GET /v1/runs?" + q, who: alice, method: "GET", target: "/v1/runs?" + q, status: 400, code: "invalid_request", path: param})
 	}
 	add(
-		// Was a defect: a cursor took any int64 of microseconds, and ListRuns' `timestamptz
-		// 'epoch' + @after_us * interval '1 microsecond'` overflowed in PostgreSQL: 500.
+		// A cursor's microseconds are bounded: any int64 would overflow ListRuns' `timestamptz
+		// 'epoch' + @after_us * interval '1 microsecond'` in PostgreSQL, a 500.
 		hostileCase{name: "cursor with the largest microseconds", who: alice, method: "GET", target: "/v1/runs?after=" + cursor("9223372036854775807:held"), status: 400, code: "invalid_request", path: "after"},
 		hostileCase{name: "cursor with the smallest microseconds", who: alice, method: "GET", target: "/v1/runs?after=" + cursor("-9223372036854775808:held"), status: 400, code: "invalid_request", path: "after"},
 		hostileCase{name: "dry_run=yes", who: alice, method: "POST", target: "/v1/runs?dry_run=yes", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
@@ -324,9 +324,9 @@ func TestHostileCatalogue(t *testing.T) {
 		hostileCase{name: "dry_run twice, the same", who: alice, method: "POST", target: "/v1/runs?dry_run=true&dry_run=true", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
 		hostileCase{name: "limit twice", who: alice, method: "GET", target: "/v1/runs?limit=1&limit=2", status: 400, code: "invalid_request", path: "limit"},
 		hostileCase{name: "after twice", who: alice, method: "GET", target: "/v1/runs?after=" + cursor("1:held") + "&after=" + cursor("2:held"), status: 400, code: "invalid_request", path: "after"},
-		// Were defects: the handlers read API Gateway's decoded map, which has no entry for a
-		// pair that does not decode, so ?dry_run=%74rue% stored a real run and ?state=%ZZ listed
-		// every state.
+		// The query string is read as written: API Gateway's decoded map has no entry for a
+		// pair that does not decode, so read from it ?dry_run=%74rue% would store a real run
+		// and ?state=%ZZ list every state.
 		hostileCase{name: "dry_run with a broken escape", who: alice, method: "POST", target: "/v1/runs?dry_run=%74rue%", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
 		hostileCase{name: "dry_run with a bad escape", who: alice, method: "POST", target: "/v1/runs?dry_run=%zz", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
 		hostileCase{name: "dry_run with a semicolon", who: alice, method: "POST", target: "/v1/runs?dry_run=true;x=1", body: okRun, status: 400, code: "invalid_request", path: "dry_run"},
@@ -496,9 +496,9 @@ func TestHostileCatalogue(t *testing.T) {
 	add(hostileCase{name: "submit: held again, another request", who: alice, method: "POST", target: "/v1/runs", body: `{"run_id":"held","needs":["board=rpi4"],"steps":[{"id":"other"}]}`, status: 409, code: "run_id_conflict"})
 	add(hostileCase{name: "submit: another client takes held's id", who: mallory, method: "POST", target: "/v1/runs", body: `{"run_id":"held","needs":["board=rpi4"],"steps":[{"id":"flash"}]}`, status: 409, code: "run_id_conflict"})
 	add(hostileCase{name: "submit: a malformed dry run", who: alice, method: "POST", target: "/v1/runs?dry_run=true", body: steps(`[{"id":"a","after":["a"]}]`), status: 400, code: "invalid_request", path: "steps[0].after[0]"})
-	// Was a defect: the parser refused only numbers past a float64, so 1e-20000 (rounded to 0
-	// without an error) and 0e9999999999 passed, PostgreSQL's jsonb refused them ("value
-	// overflows numeric format", SQLSTATE 22003), and the submit answered 500.
+	// A number must fit PostgreSQL's numeric, not only a float64: 1e-20000 (a float64 rounds it
+	// to 0 without an error) and 0e9999999999 would reach jsonb, which refuses them ("value
+	// overflows numeric format", SQLSTATE 22003), and the submit would answer 500.
 	add(hostileCase{name: "submit: a number past numeric's scale in a spec", who: alice, method: "POST", target: "/v1/runs", body: steps(`[{"id":"s","spec":{"n":1e-20000}}]`), status: 400, code: "invalid_request", path: "steps[0].spec.n"})
 	add(hostileCase{name: "submit: a zero with a huge exponent in metadata", who: alice, method: "POST", target: "/v1/runs", body: `{"run_id":"new-1","needs":["board=rpi4"],"steps":[{"id":"s"}],"metadata":{"n":0e9999999999}}`, status: 400, code: "invalid_request", path: "metadata.n"})
 
@@ -556,7 +556,7 @@ func TestHostileCatalogue(t *testing.T) {
 	hb("wrong types", "boot_id", `{"boot_id":1,"labels":"board=rpi4","draining":"no"}`)
 	hb("a label that is a number", "labels[0]", `{"boot_id":"a1","labels":[7]}`)
 	hb("labels as an object", "labels", `{"boot_id":"a1","labels":{"board":"rpi4"}}`)
-	// Was read as no labels, and the heartbeat dropped every label A had.
+	// Not the same as no labels: read so, the heartbeat would drop every label A has.
 	hb("labels null", "labels", `{"boot_id":"a1","labels":null}`)
 	hb("65 labels", "labels", `{"boot_id":"a1","labels":`+jsonList(65, func(i int) string { return fmt.Sprintf(`"l%d"`, i) })+`}`)
 	hb("10,000 labels", "labels", `{"boot_id":"a1","labels":`+jsonList(10000, func(i int) string { return fmt.Sprintf(`"l%d"`, i) })+`}`)

@@ -293,7 +293,7 @@ func (c *call) flag(name string) (bool, error) {
 }
 
 // parseQuery reads the query string as the client wrote it: the event's decoded map cannot
-// tell a pair that does not decode (?dry_run=%74rue% was lost, and the run stored for real)
+// tell a pair that does not decode (?dry_run=%74rue% would be lost, and the run stored for real)
 // or a repeated parameter (joined with commas) from a plain one. Each parameter must be one
 // the endpoint declares, given once. The map is read only for an event without the raw
 // string (built by hand).

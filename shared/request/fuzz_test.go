@@ -640,18 +640,17 @@ func checkCancel(t *testing.T, body []byte) {
 	c.text("reason", &reason, wire.MaxReasonBytes)
 }
 
-// ---- Defects found while writing these targets, now guarded ----
+// ---- Small bodies the properties must hold on, at every test run ----
 
-// TestDecoderRegressions runs the fuzz properties on the smallest bodies that showed each
-// defect found while writing these targets. All three were fixed in the decoders; these
-// keep them fixed.
+// TestDecoderRegressions runs the fuzz properties on the smallest bodies that break three of
+// them unless the decoders guard against it: on every test run, not only while fuzzing.
 func TestDecoderRegressions(t *testing.T) {
 	t.Parallel()
 	t.Run("an empty status is refused", func(t *testing.T) {
 		t.Parallel()
-		// Was: results.go listed "" beside the four statuses, so `"status": ""` passed; the
-		// store then wrote the step's state as '', steps_state_valid refused it, and the node
-		// got a 500 instead of a 400.
+		// "" is not one of the four statuses: let through, the store would write the step's
+		// state as '', steps_state_valid would refuse it, and the node would get a 500
+		// instead of a 400.
 		body := []byte(`{"node_id":"n1","boot_id":"b1","epoch":1,"status":""}`)
 		checkResult(t, body)
 		if _, prob := request.Result("r", "s", body); prob == nil || !hasPath(prob.Errors, "status") {
@@ -660,11 +659,11 @@ func TestDecoderRegressions(t *testing.T) {
 	})
 	t.Run("numbers jsonb cannot store are refused", func(t *testing.T) {
 		t.Parallel()
-		// Was: tree.go refused only numbers past a float64. 1e-20000 rounds to 0 without an
-		// error from strconv.ParseFloat, and 0e9999999999 is 0, so both passed; PostgreSQL's
-		// jsonb refused them ("value overflows numeric format", SQLSTATE 22003) and
-		// POST /v1/runs answered 500. The fuzzer did not find this one in 90s with the
-		// property on: coverage does not grow with an exponent's digits.
+		// A number must fit PostgreSQL's numeric, not only a float64: 1e-20000 rounds to 0
+		// without an error from strconv.ParseFloat, and 0e9999999999 is 0, so a float64 check
+		// passes both; jsonb refuses them ("value overflows numeric format", SQLSTATE 22003)
+		// and POST /v1/runs would answer 500. The fuzzer is unlikely to reach these: coverage
+		// does not grow with an exponent's digits.
 		for _, tc := range []struct{ body, path string }{
 			{`{"run_id":"r","needs":[],"steps":[{"id":"s","spec":{"k":1e-20000}}]}`, "steps[0].spec.k"},
 			{`{"run_id":"r","needs":[],"steps":[{"id":"s","spec":{"k":0e9999999999}}]}`, "steps[0].spec.k"},
@@ -678,12 +677,11 @@ func TestDecoderRegressions(t *testing.T) {
 	})
 	t.Run("keys that are not plain names are quoted in paths", func(t *testing.T) {
 		t.Parallel()
-		// Was: tree.go's join() appended a client's key to the path as it was. An unknown
-		// field named "steps[0].id" was reported at "steps[0].id" (the client was told its
-		// step id was wrong), one named "" at "" (the whole body), and keys with spaces or
-		// control characters gave paths no reader could split. The fuzzer found `{" "` (path
-		// " ") in its first second; testdata/fuzz/Fuzz{Submit,Heartbeat,Cancel} keep what it
-		// wrote.
+		// A client's key goes into a path quoted unless it is a plain name. Appended as it is,
+		// an unknown field named "steps[0].id" would be reported at "steps[0].id" (telling the
+		// client its step id is wrong), one named "" at "" (the whole body), and keys with
+		// spaces or control characters would give paths no reader can split.
+		// testdata/fuzz/Fuzz{Submit,Heartbeat,Cancel} keep the fuzzer's inputs of this kind.
 		for _, body := range []string{
 			`{"run_id":"r","needs":[],"steps":[{"id":"s"}],"steps[0].id":1}`,
 			`{"run_id":"r","needs":[],"steps":[{"id":"s","spec":{"a b":1e999}}]}`,

@@ -12,7 +12,7 @@ import (
 // node as a lease holds, come before the run: wake_promote). A restart locks its node, then the
 // run it loses; a report locks its run, then releases its leases; the reaper locks the run of
 // an expired lease before it deletes the lease. Taken the other way round, a restart and a
-// routine heartbeat, or a reaper and a report releasing the same node, deadlocked under load.
+// routine heartbeat, or a reaper and a report releasing the same node, would deadlock under load.
 //
 // The run lock. Every writer of a run — a report, a cancel, a reaper losing a lease — takes
 // the run's row lock first (lock_run), and only then reads what it decides from

@@ -12,9 +12,9 @@ import (
 )
 
 // A writer that waits for a run's lock must decide from the run as it is once it holds the
-// lock, not as it was when it started waiting. Found by the stress test: a cancel queued behind
-// the report that finished a run's last running step read the steps from before that report,
-// and left the run RUNNING with every step final and no lease.
+// lock, not as it was when it started waiting: a cancel queued behind the report that finishes
+// a run's last running step would otherwise read the steps from before that report, and leave
+// the run RUNNING with every step final and no lease.
 func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t, apitest.PoolSize(6))
@@ -60,8 +60,8 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 
 // waitForLockWaiter returns once some backend of this database waits on a lock — the state the
 // test needs, observed, not waited for by the clock. The deadline only turns a writer that
-// never queues into a failure instead of a hang; a count of polls was no bound at all, as a
-// loaded CI machine ran out of them before the cancel had its connection.
+// never queues into a failure instead of a hang. A count of polls would be no bound at all: a
+// loaded machine can run through any count before the cancel has its connection.
 func waitForLockWaiter(t *testing.T, env *apitest.Env, writer <-chan error) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -18,8 +18,9 @@ import (
 // returns the schema version it is at. Already current is success, not an error.
 //
 // A schema ahead of this build — a rollback to the previous release, whose migrations stop
-// short of the database's — is left as it is: migrations only expand, so the previous code runs
-// on the newer schema, and going down would drop what the newer code wrote.
+// short of the database's — is left as it is: migrations never take away what the previous
+// release uses, so the previous code runs on the newer schema, and going down would drop what
+// the newer code wrote.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 	return withMigrator(pool, func(m *migrate.Migrate) error {
 		if v, dirty, err := m.Version(); err == nil && !dirty && v > migrations.Latest() {
@@ -32,7 +33,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 	})
 }
 
-// MigrateDown undoes every migration (for the round-trip test and `make migrate-down`).
+// MigrateDown undoes every migration. Only tests call it: the round trip, and those that need an
+// empty database to watch a start-up or a deploy migrate it. Nothing deployed goes down (see
+// Migrate).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 	return withMigrator(pool, func(m *migrate.Migrate) error {
 		if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {

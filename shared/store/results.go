@@ -102,7 +102,7 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 	want := reportedState(p.Status)
 	// The same report again — recognised by the node and the epoch it was accepted under,
 	// because after a settle the lease it was fenced by is gone — changes nothing. Without the
-	// node, any node repeating another's report got 200 (found by the hostile-input catalogue).
+	// node in the match, any node repeating another's report would get 200.
 	if st.Epoch != nil && *st.Epoch == p.Epoch && st.NodeID == p.NodeID && st.State == want && sameCode(st.ExitCode, p.ExitCode, want) {
 		*res = ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}
 		return nil

@@ -60,7 +60,8 @@ func TestASubmitTakesOnlyTheRoomTheQueueLeaves(t *testing.T) {
 }
 
 // A one-role run whose chosen node another writer is taking at that moment takes a spare
-// instead of queueing: concurrent submits reaching for one board no longer queue all but one.
+// instead of queueing, so that concurrent submits reaching for one board do not queue all but
+// one.
 func TestASubmitTakesASpareWhenItsNodeIsBeingTaken(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)

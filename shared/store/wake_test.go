@@ -320,7 +320,8 @@ func TestWakePlacesAQueueLongerThanItsView(t *testing.T) {
 
 // The wake's first statement finds each shape's head by index lookups at any depth: planned
 // at 10,000 queued runs, it must not scan or hash the queued runs (or their roles) to join the
-// heads, which made an idle wake cost twenty times more there than at 100,000.
+// heads, or an idle wake would cost far more there than at a depth where the planner looks
+// them up.
 func TestWakeStartLooksHeadsUp(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
@@ -382,8 +383,9 @@ func TestWakeFindsTheRareNodeAmongACrowd(t *testing.T) {
 }
 
 // The wake's first statement runs on every handler call; it takes no parameters, so each
-// connection plans it once and keeps that plan. (With the starvation bound as a parameter,
-// PostgreSQL planned it afresh on many calls: 0.8 ms of planning for 0.15 ms of work.)
+// connection plans it once and keeps that plan. (With a parameter, the starvation bound say,
+// PostgreSQL would plan it afresh on many calls, and its planning costs several times its
+// work.)
 func TestWakeStartKeepsOnePlan(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t, apitest.PoolSize(1))

@@ -45,7 +45,7 @@ type Agent struct {
 	interval time.Duration      // between heartbeats, as the API asks
 	hb       heartbeats
 	guard    *time.Timer
-	stopping int // 0 working; 1 draining (a first signal); 2 cancelling (a second)
+	stopping stopping
 	// hardStop fires when a second signal's steps had their grace and a second more: the
 	// agent exits then whatever is still being reported.
 	hardStop <-chan time.Time
@@ -56,6 +56,17 @@ type Agent struct {
 	}
 	exit int // <0 while running
 }
+
+// stopping is how far the agent has gone in stopping: each SIGINT or SIGTERM takes it one state
+// further, up to killing. The states are in order, and compared so (mayStart).
+type stopping int
+
+const (
+	working    stopping = iota // no signal yet
+	draining                   // the first signal: finish the lease's steps, take no more, exit
+	cancelling                 // the second: cancel the steps running, report them, exit
+	killing                    // the third, and any after: kill every step's process group, exit
+)
 
 // heartbeats is the loop's record of the heartbeat in flight and of those before.
 type heartbeats struct {
@@ -305,7 +316,7 @@ func (a *Agent) heartbeat() {
 		return
 	}
 	a.hb.inFlight = true
-	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping > 0}
+	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping != working}
 	sent, timeout := a.seq, HeartbeatTimeout(a.interval)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -541,7 +552,7 @@ func (a *Agent) endLease(why string) {
 
 // mayStart: a step of the lease may start now.
 func (a *Agent) mayStart() bool {
-	return a.lease != nil && !a.lease.suspended && time.Now().Before(a.lease.guardAt) && a.stopping < 2
+	return a.lease != nil && !a.lease.suspended && time.Now().Before(a.lease.guardAt) && a.stopping < cancelling
 }
 
 // consider acts on the steps the lease gives, from a heartbeat (sent is when it was sent) or
@@ -617,7 +628,7 @@ func (a *Agent) runnerDone(d runnerDone) {
 	if len(a.runners) == 0 && a.lease == nil {
 		a.killStrays("the lease ended")
 	}
-	if a.stopping == 1 && len(a.runners) == 0 {
+	if a.stopping == draining && len(a.runners) == 0 {
 		a.heartbeatNow() // is the lease released? Then the drain is over.
 	}
 }
@@ -627,13 +638,15 @@ func (a *Agent) signal(s os.Signal) {
 		a.reloadLabels()
 		return
 	}
-	a.stopping++
+	if a.stopping < killing {
+		a.stopping++
+	}
 	switch a.stopping {
-	case 1:
+	case draining:
 		a.log.Info("draining: finishing the steps of the lease held, then exiting; a second signal cancels them", "signal", s.String())
 		a.drain.heard = false
 		a.heartbeatNow()
-	case 2:
+	case cancelling:
 		a.log.Warn("stopping: cancelling the steps running; a third signal kills them at once", "signal", s.String(),
 			"steps", len(a.runners), "exit_within", (a.cfg.CancelGrace + time.Second).String())
 		for _, r := range a.runners {
@@ -642,7 +655,7 @@ func (a *Agent) signal(s os.Signal) {
 		// Reports that cannot be delivered, or a step that ignores its signals, must not keep
 		// a stopped agent: its next boot settles what it could not report.
 		a.hardStop = time.After(a.cfg.CancelGrace + hardStopAfterGrace)
-	default:
+	case killing:
 		a.log.Error("stopping at once: killing every step's process group", "signal", s.String())
 		a.killAll()
 		a.exit = ExitInterrupted
@@ -675,12 +688,12 @@ func (a *Agent) checkExit() {
 		return
 	}
 	switch a.stopping {
-	case 1:
+	case draining:
 		held := a.lease != nil && (a.hb.failures == 0 || time.Now().Before(a.lease.deadline))
 		if a.drain.heard && !held {
 			a.exit = ExitOK
 		}
-	case 2:
+	case cancelling:
 		a.exit = ExitInterrupted
 	}
 }

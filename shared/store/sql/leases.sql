@@ -1,8 +1,8 @@
 -- A run losing one of its nodes: the lease expired, the node restarted, or it was removed.
 
 -- fragment: lock_run_of_lease
--- The run's row before the lease (lock.go: node, run, lease): taking the lease first
--- deadlocked against a report releasing the same node.
+-- The run's row before the lease (lock.go: node, run, lease): taking the lease first would
+-- deadlock against a report releasing the same node.
 SELECT r.run_id FROM leases l JOIN runs r ON r.run_id = l.run_id
 WHERE l.node_id = $1 AND l.epoch = $2 FOR UPDATE OF r
 

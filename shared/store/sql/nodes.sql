@@ -13,8 +13,8 @@
 --
 -- It writes only what is due. The advert and the lease are renewed unless the last renewal is
 -- less than @slack old, and the advert is rewritten at once when it changed: a node that polls
--- faster than that costs reads, not commits (polling agents once made every heartbeat a WAL
--- flush and starved everything else).
+-- faster than that costs reads, not commits (a commit is a WAL flush: one per heartbeat, and
+-- polling agents would starve everything else of them).
 --
 -- The advert is only written when no lease is held under another boot (stale is empty). A
 -- restart has to release that lease in the same transaction as the boot changes — the deferred

@@ -7,8 +7,8 @@
 -- one TTL later all the same. It renews the leases last renewed before the silence ended (all
 -- of them while it lasts): a node that heartbeated since is not waiting for the system, and if
 -- it died since, it is reaped on time. One dead node in a live fleet is no silence at all.
--- (WHERE only_row tells the planner there is one row: guessing a page's worth, it costed the
--- statement high enough to JIT-compile it, 400 ms a reap.)
+-- (WHERE only_row tells the planner there is one row: guessing a page's worth, it would cost
+-- the statement high enough to JIT-compile it, which takes far longer than the statement.)
 /* reap: outage grace */
 WITH p AS (
     SELECT CASE WHEN heard_at < now() - @ttl::float8 * interval '1 second' THEN heard_at

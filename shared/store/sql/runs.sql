@@ -51,8 +51,8 @@ r.priority = @priority::smallint
 -- name: list_runs(filter)
 -- A page of runs, newest first, with the queue positions of its QUEUED runs found once for
 -- the page: the queue_position of its first queued run in queue order (lo), plus each one's
--- rank from there among every queued run up to its last (hi). (Found per run, a page of a
--- hundred queued runs paid for a hundred positions.) A page with no queued run has no lo and
+-- rank from there among every queued run up to its last (hi). (Found per run, a page would pay
+-- for a position per queued run.) A page with no queued run has no lo and
 -- no hi, and ranks nothing. hi is the first by the reverse order rather than the one at OFFSET
 -- count - 1: that offset is -1 on such a page, an error whenever the plan reads hi before it
 -- finds lo empty, which a change of statistics alone decides.
@@ -99,16 +99,17 @@ SELECT owner, request_hash FROM runs WHERE run_id = $1
 -- if one was leased after the match, or another submit or promotion is taking it right now
 -- (SKIP LOCKED: a collision costs nothing, it does not wait), the run is stored QUEUED instead
 -- (avail comes up short). A one-role run names spare nodes after its choice (the role again in
--- @assign_roles), and takes the first still free: concurrent submits reaching for one board
--- no longer queue all but one of them; should a lease still slip in, leases_pkey refuses the whole statement
--- and Submit stores the run QUEUED. Either way no 409 leaves the submit path for lack of room.
+-- @assign_roles), and takes the first still free, so that concurrent submits reaching for one
+-- board do not queue all but one of them; should a lease still slip in, leases_pkey refuses
+-- the whole statement and Submit stores the run QUEUED. Either way no 409 leaves the submit
+-- path for lack of room.
 -- A run decided RUNNING over a queue it saw empty is stored QUEUED should a run that arrived
 -- before it be queued by now (runs_queue finds the oldest); one placed on the room a queue it
 -- saw leaves (@behind_queue) is not re-decided here.
 -- ON CONFLICT DO NOTHING makes concurrent submits of one run_id store one row. It names no
 -- conflict target on purpose: runs_run_id_state_key (the target of I2's foreign key) is a
--- second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin still raised
--- its violation.
+-- second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin would still
+-- raise its violation.
 /* submit: insert */
 WITH avail AS (
     SELECT a.role, n.node_id, n.boot_id
