@@ -125,7 +125,7 @@ func RoleSlotOrder(roles []match.Role) []string {
 }
 
 // PromoteSQL is the promotion statement, expanded.
-func PromoteSQL() string { return wakePromote.sql }
+func PromoteSQL() string { return stmt("wake_promote").sql }
 
 // TestStep is a step as the report path decides from it.
 type TestStep struct {
@@ -143,4 +143,7 @@ func RunnableInGo(steps []TestStep, i int, cancelling bool) bool {
 }
 
 // WakeStartSQL is the wake's first statement as s sends it.
-func WakeStartSQL(s *Store) string { return s.wakeStart.sql }
+func WakeStartSQL(s *Store) string { return s.bound.wakeStart.sql }
+
+// Named is the store's named arguments, for a test to send its own statement with them.
+type Named = named

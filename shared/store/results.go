@@ -76,8 +76,8 @@ func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error)
 // nothing when the node is not held.
 func (s *Store) queueReportRead(b *pgx.Batch, node string, res *ReportResult) {
 	read := &QueueRead{}
-	b.Queue(s.reportWakeStart.sql, named{"node": node, "held": []string{node}}).Query(func(rows pgx.Rows) error {
-		if err := read.scan(s.reportWakeStart, rows); err != nil {
+	b.Queue(s.bound.reportWakeStart.sql, named{"node": node, "held": []string{node}}).Query(func(rows pgx.Rows) error {
+		if err := read.scan(s.bound.reportWakeStart, rows); err != nil {
 			return err
 		}
 		if slices.Contains(res.Held, node) {

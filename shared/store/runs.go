@@ -11,7 +11,7 @@ import (
 var (
 	getRunStmt     = stmt("get_run")
 	runHistoryStmt = stmt("run_history")
-	listRuns       = stmtToFill("list_runs")
+	listRunsStmt   = stmtToFill("list_runs")
 )
 
 // Viewer is who is reading: a run is visible to its owner and to admins; to anyone else it
@@ -117,7 +117,7 @@ func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor,
 	filter, args := listFilter(p)
 	st, ok := listRunsByFilter.Load(filter)
 	if !ok {
-		st, _ = listRunsByFilter.LoadOrStore(filter, listRuns.fill(map[string]string{"filter": filter}))
+		st, _ = listRunsByFilter.LoadOrStore(filter, listRunsStmt.fill(map[string]string{"filter": filter}))
 	}
 	list := st.(statement)
 	rows, err := list.query(ctx, s.pool, args)

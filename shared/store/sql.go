@@ -25,8 +25,14 @@ import (
 // come from the Go constants that define them, as {{QUEUED}} or {{walkFree}}.
 //
 // Everything is expanded once, at package init, and a statement is fetched by name into a
-// package-level variable: a name, fragment or constant that does not exist panics there, so a
-// typo stops every function at start-up instead of failing one request in production.
+// package-level variable named for it with a Stmt suffix (list_runs: listRunsStmt): a name,
+// fragment or constant that does not exist panics there, so a typo stops every function at
+// start-up instead of failing one request in production. The statements a Store writes its
+// settings into are its own, s.bound (store.go), never the package's text they come from.
+//
+// testdata/sql holds every statement as it is sent, expanded, one file each, slots filled and
+// settings written in (TestSQLGolden): a change to a fragment shows in review in every statement
+// it reaches. `go test ./shared/store -run TestSQLGolden -update` rewrites them.
 //
 // A statement whose text depends on the request declares the part that does as a slot:
 // "-- name: list_runs(filter)" leaves {{filter}} to its caller, who fetches it with stmtToFill

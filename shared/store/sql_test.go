@@ -75,26 +75,43 @@ SELECT 1 FROM runs x WHERE (x.created_at, x.run_id) < (@head_created_at, @head_r
 	}
 }
 
+// everyListFilter is every set of conditions a page of GET /v1/runs may have, each named by
+// the conditions it has ("owner+state", "unfiltered" for an admin's page of every run).
+func everyListFilter() map[string]ListRunsParams {
+	seven, cursor := 7, &Cursor{CreatedAtMicros: 1, RunID: "r"}
+	out := map[string]ListRunsParams{}
+	for mask := range 16 {
+		p := ListRunsParams{Viewer: Viewer{Admin: mask&1 == 0, Owner: "client:a"}, Limit: 10}
+		var name []string
+		if !p.Viewer.Admin {
+			name = append(name, "owner")
+		}
+		if mask&2 != 0 {
+			p.State, name = wire.Queued, append(name, "state")
+		}
+		if mask&4 != 0 {
+			p.Priority, name = &seven, append(name, "priority")
+		}
+		if mask&8 != 0 {
+			p.After, name = cursor, append(name, "after")
+		}
+		if len(name) == 0 {
+			name = []string{"unfiltered"}
+		}
+		out[strings.Join(name, "+")] = p
+	}
+	return out
+}
+
 // Every filter a page of GET /v1/runs may have writes a whole statement: each combination of
 // the parameters, filled and expanded, leaves no placeholder behind.
 func TestEveryListFilterExpands(t *testing.T) {
 	t.Parallel()
-	seven, cursor := 7, &Cursor{CreatedAtMicros: 1, RunID: "r"}
-	for mask := range 16 {
-		p := ListRunsParams{Viewer: Viewer{Admin: mask&1 == 0, Owner: "client:a"}, Limit: 10}
-		if mask&2 != 0 {
-			p.State = wire.Queued
-		}
-		if mask&4 != 0 {
-			p.Priority = &seven
-		}
-		if mask&8 != 0 {
-			p.After = cursor
-		}
+	for name, p := range everyListFilter() {
 		filter, args := listFilter(p)
-		st := listRuns.fill(map[string]string{"filter": filter})
+		st := listRunsStmt.fill(map[string]string{"filter": filter})
 		if strings.Contains(st.sql, "{{") || !strings.Contains(st.sql, "WHERE "+dynamic("filter", filter).sql+"\n") {
-			t.Errorf("filter %q (%d arguments) wrote:\n%s", filter, len(args), st.sql)
+			t.Errorf("%s: filter %q (%d arguments) wrote:\n%s", name, filter, len(args), st.sql)
 		}
 	}
 }

@@ -31,10 +31,33 @@ type Store struct {
 	pool *pgxpool.Pool
 	set  Settings
 	log  *slog.Logger
+	// bound is read as s.bound.wakeStart. It is embedded so that s.wakeStart, as wake.go and
+	// submit.go read it, names the same statement: as a plain field ("bound bound") those
+	// names do not compile, and nothing but s.bound reaches these statements.
+	bound
+}
+
+// bound are the statements a Store writes its settings into, at New: each is the package-level
+// statement of its name with the setting written in. They are a field of their own so that a
+// statement as this store sends it is never mistaken for the package's text, which reads the
+// setting as a parameter: both are a statement, and a call of the wrong one compiles, to fail
+// at run time for want of the parameter.
+type bound struct {
 	// The wake's statements that read heads, with this store's starvation bound written in;
 	// wake_start twice: for a wake that holds no node, and for one that does; and its twin
 	// read inside a report's transaction.
 	wakeStart, wakeStartHolding, reportWakeStart, wakeNextOfShape, wakePromoteProtected statement
+}
+
+// newBound writes set into the statements that take it as a literal (withStarvation says why).
+func newBound(set Settings) bound {
+	return bound{
+		wakeStart:            withNoneHeld(withStarvation(wakeStart, set.Starvation)),
+		wakeStartHolding:     withStarvation(wakeStart, set.Starvation),
+		reportWakeStart:      withStarvation(reportWakeStart, set.Starvation),
+		wakeNextOfShape:      withStarvation(wakeNextOfShape, set.Starvation),
+		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation),
+	}
 }
 
 // Settings are the durations and limits the store decides by. The store takes them as given;
@@ -110,11 +133,7 @@ func New(pool *pgxpool.Pool, set Settings, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{pool: pool, set: set, log: log,
-		wakeStart: withNoneHeld(withStarvation(wakeStart, set.Starvation)), wakeStartHolding: withStarvation(wakeStart, set.Starvation),
-		reportWakeStart:      withStarvation(reportWakeStart, set.Starvation),
-		wakeNextOfShape:      withStarvation(wakeNextOfShape, set.Starvation),
-		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation)}
+	return &Store{pool: pool, set: set, log: log, bound: newBound(set)}
 }
 
 // Pool is the underlying pool, for what has no method here: the tests' and the benchmarks'

@@ -1,0 +1,2 @@
+/* reap: prune switch */
+SELECT set_config('mediator.pruning', 'on', true)

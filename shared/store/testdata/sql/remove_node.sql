@@ -1,0 +1,2 @@
+/* remove node */
+DELETE FROM nodes WHERE node_id = $1

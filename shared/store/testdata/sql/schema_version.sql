@@ -1,0 +1,2 @@
+/* schema version */
+SELECT version, dirty FROM schema_migrations LIMIT 1

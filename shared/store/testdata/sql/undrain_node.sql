@@ -1,0 +1,13 @@
+/* nodes: undrain */
+WITH prev AS (
+    SELECT node_id, drain_requested_by FROM nodes WHERE node_id = @node_id::text
+), n AS (
+    UPDATE nodes SET drain_requested_by = NULL, drain_requested_at = NULL
+    WHERE node_id = @node_id::text
+    RETURNING *
+)
+SELECT n.node_id, CASE WHEN l.run_id IS NOT NULL THEN 'leased'
+     WHEN n.advert_expires_at <= now() THEN 'offline'
+     WHEN (n.draining OR n.drain_requested_by IS NOT NULL) THEN 'draining'
+     ELSE 'idle' END, n.labels, n.boot_id, (n.draining OR n.drain_requested_by IS NOT NULL), n.drain_requested_by, n.last_seen_at, (SELECT drain_requested_by IS NOT NULL FROM prev)
+FROM n LEFT JOIN leases l ON l.node_id = n.node_id
