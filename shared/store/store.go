@@ -31,10 +31,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	set  Settings
 	log  *slog.Logger
-	// bound is read as s.bound.wakeStart. It is embedded so that s.wakeStart, as wake.go and
-	// submit.go read it, names the same statement: as a plain field ("bound bound") those
-	// names do not compile, and nothing but s.bound reaches these statements.
-	bound
+	// bound holds the statements as this store sends them: s.bound.wakeStart, never to be
+	// confused with the package's wakeStartStmt.
+	bound bound
 }
 
 // bound are the statements a Store writes its settings into, at New: each is the package-level
@@ -52,11 +51,11 @@ type bound struct {
 // newBound writes set into the statements that take it as a literal (withStarvation says why).
 func newBound(set Settings) bound {
 	return bound{
-		wakeStart:            withNoneHeld(withStarvation(wakeStart, set.Starvation)),
-		wakeStartHolding:     withStarvation(wakeStart, set.Starvation),
-		reportWakeStart:      withStarvation(reportWakeStart, set.Starvation),
-		wakeNextOfShape:      withStarvation(wakeNextOfShape, set.Starvation),
-		wakePromoteProtected: withStarvation(wakePromoteProtected, set.Starvation),
+		wakeStart:            withNoneHeld(withStarvation(wakeStartStmt, set.Starvation)),
+		wakeStartHolding:     withStarvation(wakeStartStmt, set.Starvation),
+		reportWakeStart:      withStarvation(reportWakeStartStmt, set.Starvation),
+		wakeNextOfShape:      withStarvation(wakeNextOfShapeStmt, set.Starvation),
+		wakePromoteProtected: withStarvation(wakePromoteProtectedStmt, set.Starvation),
 	}
 }
 

@@ -192,7 +192,7 @@ type candidateRead struct {
 }
 
 func (s *Store) readCandidates(run wire.NewRun) *candidateRead {
-	c := &candidateRead{run: run, maxWidth: s.set.MaxRunWidth, tooWide: len(run.Roles) > s.set.MaxRunWidth, queue: s.wakeStart}
+	c := &candidateRead{run: run, maxWidth: s.set.MaxRunWidth, tooWide: len(run.Roles) > s.set.MaxRunWidth, queue: s.bound.wakeStart}
 	if c.tooWide {
 		return c
 	}

@@ -137,7 +137,7 @@ func (s *Store) WakeQueued(ctx context.Context, p WakeParams) (WakeResult, error
 	// A held node this wake did not place on is let go, and the queue swept again from a
 	// snapshot that sees it free: a run that queued while it was held skipped it, and its
 	// submit's wake has come and gone.
-	tag, letGoErr := wakeLetGo.exec(ctx, s.pool, named{"held": rest})
+	tag, letGoErr := wakeLetGoStmt.exec(ctx, s.pool, named{"held": rest})
 	if err != nil || letGoErr != nil || tag.RowsAffected() == 0 {
 		return w.res, errors.Join(err, letGoErr)
 	}
@@ -176,14 +176,14 @@ func (s *Store) sweeps(ctx context.Context, w *waking) error {
 }
 
 var (
-	wakeStart       = stmt("wake_start")
-	wakeNextOfShape = stmt("wake_next_of_shape")
-	wakeFreeByNeed  = stmt("wake_free_by_need")
-	wakePromote     = stmt("wake_promote")
-	wakeLetGo       = stmt("wake_let_go")
-	reportWakeStart = stmt("report_wake_start")
+	wakeStartStmt       = stmt("wake_start")
+	wakeNextOfShapeStmt = stmt("wake_next_of_shape")
+	wakeFreeByNeedStmt  = stmt("wake_free_by_need")
+	wakePromoteStmt     = stmt("wake_promote")
+	wakeLetGoStmt       = stmt("wake_let_go")
+	reportWakeStartStmt = stmt("report_wake_start")
 	// wakePromoteProtected reads the starvation bound: Store.New writes it in.
-	wakePromoteProtected = stmt("wake_promote_protected")
+	wakePromoteProtectedStmt = stmt("wake_promote_protected")
 )
 
 // starvationParam is where protected (sql/rules.sql) reads the starvation bound, heldParam
@@ -320,9 +320,9 @@ type behind struct {
 
 // start reads the heads and the available nodes that could serve them (wake_start).
 func (s *Store) start(ctx context.Context, held []string) (QueueRead, error) {
-	start, args := s.wakeStart, []any{}
+	start, args := s.bound.wakeStart, []any{}
 	if len(held) > 0 {
-		start, args = s.wakeStartHolding, []any{named{"held": held}}
+		start, args = s.bound.wakeStartHolding, []any{named{"held": held}}
 	}
 	rows, err := start.query(ctx, s.pool, args...)
 	if err != nil {
@@ -468,7 +468,7 @@ func (s *Store) freeByNeed(ctx context.Context, heads []plan.Head, held []string
 	for i, n := range needs {
 		keys[i] = needKey(n)
 	}
-	avail, err = collect(ctx, s.pool, wakeFreeByNeed, pgx.RowToStructByPos[AvailableNode], named{"needs": keys, "k": k, "held": nonNil(held)})
+	avail, err = collect(ctx, s.pool, wakeFreeByNeedStmt, pgx.RowToStructByPos[AvailableNode], named{"needs": keys, "k": k, "held": nonNil(held)})
 	for _, n := range needs {
 		capable := 0
 		for _, a := range avail {
@@ -500,9 +500,9 @@ func (s *Store) promote(ctx context.Context, w *waking, h plan.Head, assigned ma
 		startedAt    *time.Time
 		roles, where []string
 	)
-	promote := wakePromote
+	promote := wakePromoteStmt
 	if h.Protected {
-		promote = s.wakePromoteProtected
+		promote = s.bound.wakePromoteProtected
 	}
 	args := named{
 		"head_shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID, "head_queue_rank": h.QueueRank,
@@ -588,7 +588,7 @@ func roleSlots(roles []match.Role, assigned map[string]string) []roleSlot {
 
 // nextOfShape reads the head of h's shape once the runs before it are placed.
 func (s *Store) nextOfShape(ctx context.Context, h plan.Head) (plan.Head, bool, error) {
-	rows, err := s.wakeNextOfShape.query(ctx, s.pool, named{"head_shape": h.Shape})
+	rows, err := s.bound.wakeNextOfShape.query(ctx, s.pool, named{"head_shape": h.Shape})
 	if err != nil {
 		return plan.Head{}, false, err
 	}
@@ -596,7 +596,7 @@ func (s *Store) nextOfShape(ctx context.Context, h plan.Head) (plan.Head, bool, 
 	if errors.Is(err, pgx.ErrNoRows) {
 		return plan.Head{}, false, nil
 	}
-	return next, err == nil, s.wakeNextOfShape.fail(err)
+	return next, err == nil, s.bound.wakeNextOfShape.fail(err)
 }
 
 // needKey is a role's needs as one string: the Go twin of sql/rules.sql's need_key.

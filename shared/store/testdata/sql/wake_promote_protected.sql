@@ -23,7 +23,7 @@ FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
     UPDATE runs r SET state = 'RUNNING', started_at = now(),
         deadline_at = now() + r.timeout_seconds * interval '1 second'
     FROM pick WHERE r.run_id = pick.run_id AND r.state = 'QUEUED' AND pick.width = (SELECT count(*) FROM assign)
-    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank
+    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at
 ), roles AS (
     UPDATE run_roles ro SET node_id = a.node_id FROM run, assign a
     WHERE ro.run_id = run.run_id AND ro.role = a.role
@@ -35,5 +35,7 @@ FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
     SELECT run_id, attempt, 'promoted', 'QUEUED', 'RUNNING' FROM run
 )
-SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank
+SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank,
+       run.started_at, (SELECT array_agg(a.role ORDER BY a.role) FROM assign a WHERE run.run_id IS NOT NULL),
+       (SELECT array_agg(a.node_id ORDER BY a.role) FROM assign a WHERE run.run_id IS NOT NULL)
 FROM (SELECT 1) one LEFT JOIN run ON true
