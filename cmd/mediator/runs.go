@@ -33,12 +33,12 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 			if p.State != "" && !slices.Contains(wire.RunStates, p.State) {
 				return usagef("--state must be one of %s", strings.Join(wire.RunStates, ", "))
 			}
-			if p.Limit < 0 || p.Limit > 100 {
-				return usagef("--limit must be from 1 to 100")
+			if p.Limit < 0 || p.Limit > wire.MaxPageSize {
+				return usagef("--limit must be from 1 to %d", wire.MaxPageSize)
 			}
 			if cmd.Flags().Changed("priority") {
-				if priority < 0 || priority > 100 {
-					return usagef("--priority must be from 0 to 100")
+				if priority < 0 || priority > wire.MaxPriority {
+					return usagef("--priority must be from 0 to %d", wire.MaxPriority)
 				}
 				p.Priority = &priority
 			}
@@ -276,8 +276,8 @@ then arrival. Raised, the run may be placed at once; a run no longer queued is r
 		Args: twoArgs("run id and the priority"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			priority, err := strconv.Atoi(args[1])
-			if err != nil || priority < 0 || priority > 100 {
-				return usagef("the priority must be a whole number from 0 to 100, not %q", args[1])
+			if err != nil || priority < 0 || priority > wire.MaxPriority {
+				return usagef("the priority must be a whole number from 0 to %d, not %q", wire.MaxPriority, args[1])
 			}
 			api, err := a.client(cmd.Context())
 			if err != nil {

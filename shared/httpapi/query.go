@@ -65,8 +65,6 @@ func getRun(c *call) (reply, error) {
 	return reply{http.StatusOK, map[string]any{"run": run, "history": history}}, nil
 }
 
-const maxPage = 100
-
 func listRuns(c *call) (reply, error) {
 	if err := c.allow(auth.Client, auth.Admin); err != nil {
 		return reply{}, err
@@ -86,8 +84,8 @@ func listRuns(c *call) (reply, error) {
 	}
 	if raw, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > maxPage {
-			errs = append(errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", maxPage)})
+		if err != nil || n < 1 || n > wire.MaxPageSize {
+			errs = append(errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", wire.MaxPageSize)})
 		}
 		p.Limit = n
 	}

@@ -79,6 +79,10 @@ func TestWireRulesAreTheSchemasAndTheDocuments(t *testing.T) {
 			t.Errorf("openapi.yaml: components.schemas.%s is %s; shared/wire says %s", strings.Join(c.path, "."), got, want)
 		}
 	}
+	limit := doc["components"].(map[string]any)["parameters"].(map[string]any)["Limit"].(map[string]any)["schema"].(map[string]any)["maximum"]
+	if limit != float64(wire.MaxPageSize) {
+		t.Errorf("openapi.yaml: components.parameters.Limit's maximum is %v; shared/wire says %d", limit, wire.MaxPageSize)
+	}
 	for _, c := range []struct {
 		name string
 		want int

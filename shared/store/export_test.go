@@ -147,3 +147,16 @@ func WakeStartSQL(s *Store) string { return s.bound.wakeStart.sql }
 
 // Named is the store's named arguments, for a test to send its own statement with them.
 type Named = named
+
+// TakeNodes takes nodes as a promotion and a submit take them (keyed_nodes, then
+// take_free_nodes), in tx, and says which it holds.
+func TakeNodes(ctx context.Context, tx pgx.Tx, nodes []string) ([]string, error) {
+	st := dynamic("test: take nodes", `/* test: take nodes */
+WITH {{keyed_nodes}}, slot AS (
+    SELECT n.node_id FROM unnest(@nodes::text[]) AS a(node_id) {{take_free_nodes a}}
+)
+SELECT coalesce(array_agg(node_id), '{}') FROM slot`)
+	var had []string
+	err := st.queryRow(ctx, tx, named{"nodes": nodes}).Scan(&had)
+	return had, err
+}

@@ -39,6 +39,9 @@ const (
 	MaxPriority     = 100
 )
 
+// MaxPageSize bounds a page of a list (GET /v1/runs?limit=).
+const MaxPageSize = 100
+
 // MaxLabels bounds a node's advert.
 const MaxLabels = 64
 

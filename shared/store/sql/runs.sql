@@ -111,7 +111,7 @@ SELECT owner, request_hash FROM runs WHERE run_id = $1
 -- second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin would still
 -- raise its violation.
 /* submit: insert */
-WITH avail AS (
+WITH {{keyed_nodes}}, avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @nodes::text[]) WITH ORDINALITY AS a(role, node_id, ord)
     {{free_nodes_among a}}

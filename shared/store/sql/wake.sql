@@ -108,33 +108,47 @@ CROSS JOIN LATERAL (
       AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id AND {{wake_may_use f}})
     LIMIT @k) c
 
+-- fragment: keyed_nodes
+-- The chosen nodes (@nodes) that are live and taking work, each with the key-share lock on its
+-- row that a lease's foreign key will want, skipping a node whose row a restart or a removal
+-- holds (a routine heartbeat changes no key, and does not conflict). A statement that takes
+-- nodes names this CTE first and takes their free_nodes rows only through it (take_free_nodes),
+-- so these locks come first: a writer holds a node's free_nodes row only when it holds the node
+-- too, and so will lease it — which is what a writer that finds the row held takes it to mean
+-- (it goes on without the node). Were the row taken first, a promotion that got it and then
+-- skipped the node's row would hold the row to its end, and a wake coming meanwhile, after the
+-- restart's commit, would find it held and skip the node as well: no one would place on it.
+-- Were the key-share lock left to the lease insert, it would wait for the restart's transaction
+-- while the promotion held the run it picked, and every other wake would skip that run.
+keyed AS (
+    SELECT n.node_id, n.boot_id FROM nodes n
+    WHERE n.node_id = ANY (@nodes::text[]) AND {{takes_work n}}
+    FOR KEY SHARE OF n SKIP LOCKED
+)
+
 -- fragment: take_free_nodes(a)
--- Follows a list a of chosen nodes (column node_id; @nodes lists them again, so the plan looks
--- them up and never scans the fleet) and holds those still free and live, by their free_nodes
--- rows, skipping any another writer is taking: wake_promote says why those rows. A submit's
--- placement and a promotion both take nodes through it (a submit puts an ORDER BY and a LIMIT
--- between its two halves).
+-- Follows a list a of chosen nodes (column node_id) and holds those still free, live and not
+-- being restarted (keyed_nodes, which the statement names first), by their free_nodes rows,
+-- skipping any another writer is taking: wake_promote says why those rows. A submit's placement
+-- and a promotion both take nodes through it (a submit puts an ORDER BY and a LIMIT between its
+-- two halves).
 {{free_nodes_among a}}
 {{hold_free_nodes}}
 
 -- fragment: free_nodes_among(a)
--- The first half of take_free_nodes: the chosen nodes still free and live.
+-- The first half of take_free_nodes: the chosen nodes still free, of those keyed. The keyed
+-- list is read as an array before any free_nodes row is scanned, so its locks are taken first.
+JOIN keyed n ON n.node_id = a.node_id
 JOIN free_nodes f ON f.node_id = a.node_id
-JOIN nodes n ON n.node_id = f.node_id
-WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) AND {{takes_work n}}
+WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
 
 -- fragment: hold_free_nodes
--- The second half of take_free_nodes: the locks. It also takes the key-share lock on each
--- node's row that the lease's foreign key will want, skipping a node whose row a restart or a
--- removal holds: taken later, by the lease insert, that lock waited for the restart's
--- transaction while the promotion held the run it picked, and every other wake skipped that run
--- and placed the ones behind it. A routine heartbeat does not conflict with it (it changes no
--- key).
-FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
+-- The second half of take_free_nodes: the free_nodes rows' locks.
+FOR UPDATE OF f SKIP LOCKED
 
 -- fragment: promote_slots
 -- The planned nodes, held by their free_nodes rows first (see wake_promote).
-slot AS (
+{{keyed_nodes}}, slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id
     FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
     {{take_free_nodes a}}

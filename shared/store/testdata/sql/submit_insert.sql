@@ -1,12 +1,16 @@
 /* submit: insert */
-WITH avail AS (
+WITH keyed AS (
+    SELECT n.node_id, n.boot_id FROM nodes n
+    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL)
+    FOR KEY SHARE OF n SKIP LOCKED
+), avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @nodes::text[]) WITH ORDINALITY AS a(role, node_id, ord)
-    JOIN free_nodes f ON f.node_id = a.node_id
-JOIN nodes n ON n.node_id = f.node_id
-WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL)
+    JOIN keyed n ON n.node_id = a.node_id
+JOIN free_nodes f ON f.node_id = a.node_id
+WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
     ORDER BY a.ord LIMIT @width::int
-    FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
+    FOR UPDATE OF f SKIP LOCKED
 ), decided AS (
     SELECT CASE WHEN @state::text = 'RUNNING' AND ((SELECT count(*) FROM avail) <> @width::int
                      OR (NOT @behind_queue::bool AND EXISTS (

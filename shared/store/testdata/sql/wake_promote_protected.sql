@@ -1,11 +1,15 @@
 /* wake: promote protected */
-WITH slot AS (
+WITH keyed AS (
+    SELECT n.node_id, n.boot_id FROM nodes n
+    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL)
+    FOR KEY SHARE OF n SKIP LOCKED
+), slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id
     FROM unnest(@needs::text[], @nodes::text[]) WITH ORDINALITY AS a(need, node_id, ord)
-    JOIN free_nodes f ON f.node_id = a.node_id
-JOIN nodes n ON n.node_id = f.node_id
-WHERE f.node_id = ANY (@nodes::text[]) AND n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL)
-FOR UPDATE OF f SKIP LOCKED FOR KEY SHARE OF n SKIP LOCKED
+    JOIN keyed n ON n.node_id = a.node_id
+JOIN free_nodes f ON f.node_id = a.node_id
+WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
+FOR UPDATE OF f SKIP LOCKED
 ), pick AS (
     SELECT r.run_id, r.width FROM runs r
     WHERE r.state = 'QUEUED' AND r.shape = @head_shape::text AND r.created_at < now() - 600::float8 * interval '1 second'
