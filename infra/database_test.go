@@ -392,6 +392,10 @@ func TestProxyInitQueryDefaultRunsOnPostgreSQL(t *testing.T) {
 			t.Errorf("after ProxyInitQuery, %s = %s; the functions assume %d ms", name, got, want)
 		}
 	}
+	var jit string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&jit); err != nil || jit != "off" {
+		t.Errorf("after ProxyInitQuery, jit = %s (%v); the functions' direct connections turn it off", jit, err)
+	}
 }
 
 // The migrate function answers each deploy at a pre-signed S3 URL: the functions' group lets

@@ -186,7 +186,7 @@ func TestConnectionModes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var timeout string
+		var timeout, jit string
 		var named int
 		st := store.New(pool, store.Settings{LeaseTTL: time.Minute, MaxRunWidth: 16}, nil)
 		if _, err := st.ListNodes(ctx); err != nil {
@@ -196,7 +196,7 @@ func TestConnectionModes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.QueryRow(ctx, `SELECT current_setting('statement_timeout'), (SELECT count(*) FROM pg_prepared_statements)`).Scan(&timeout, &named); err != nil {
+		if err := c.QueryRow(ctx, `SELECT current_setting('statement_timeout'), current_setting('jit'), (SELECT count(*) FROM pg_prepared_statements)`).Scan(&timeout, &jit, &named); err != nil {
 			t.Fatal(err)
 		}
 		c.Release()
@@ -204,8 +204,8 @@ func TestConnectionModes(t *testing.T) {
 		switch {
 		case viaProxy && (timeout != "0" || named != 0):
 			t.Errorf("through the proxy: statement_timeout %s, %d named statements", timeout, named)
-		case !viaProxy && timeout != "4s":
-			t.Errorf("direct: statement_timeout %s", timeout)
+		case !viaProxy && (timeout != "4s" || jit != "off"):
+			t.Errorf("direct: statement_timeout %s, jit %s", timeout, jit)
 		}
 	}
 }

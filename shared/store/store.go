@@ -92,6 +92,13 @@ type PoolParams struct {
 	ViaProxy bool
 }
 
+// jitOff: every statement of the store is a short lookup or write, and JIT compiling one costs
+// tens of milliseconds; PostgreSQL compiles whatever its estimates put past jit_above_cost,
+// and an estimate of rows a LIMIT never reads (the wake's runs behind a head, the reaper's
+// outage grace) can put a sub-millisecond statement there. Off in every session: in the startup
+// packet here, in the proxy's InitQuery through RDS Proxy (infra/database.yaml).
+const jitOff = "off"
+
 // Connect opens a pool sized for Lambda: one environment serves one request at a time, so one
 // connection is enough and a thousand environments do not open a thousand idle spares.
 func Connect(ctx context.Context, p PoolParams) (*pgxpool.Pool, error) {
@@ -109,6 +116,7 @@ func Connect(ctx context.Context, p PoolParams) (*pgxpool.Pool, error) {
 		// Direct connections take the settings in the startup packet: no SET round trip.
 		rp := cfg.ConnConfig.RuntimeParams
 		rp["application_name"] = orDefault(p.AppName, "mediator")
+		rp["jit"] = jitOff
 		for name, d := range map[string]time.Duration{
 			"statement_timeout": p.StatementTimeout, "lock_timeout": p.LockTimeout,
 			"idle_in_transaction_session_timeout": p.IdleInTxTimeout,

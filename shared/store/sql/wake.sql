@@ -74,19 +74,22 @@ SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL FROM free 
 -- submit walks them to see what room the queue leaves it (plan.Admit); a wake takes its next
 -- run of the shape from them without a read of its own (wake_next_of_shape), while they last.
 -- Two capped index scans per head, only when nodes are free.
-(SELECT coalesce(json_agg(json_build_object('RunID', b.run_id, 'CreatedAt', b.created_at,
+(WITH p AS (
+     SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
+     WHERE o.state = {{QUEUED}} AND o.shape = h.shape AND {{protected o}} AND o.run_id <> h.run_id
+     ORDER BY o.shape, {{arrival o}} LIMIT (SELECT count(*) + 1 FROM free)
+ ), q AS (
+     -- Only as many as the protected runs leave room for: with none left, no scan of a shape
+     -- whose every run is protected.
+     SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
+     WHERE o.state = {{QUEUED}} AND o.shape = h.shape AND NOT {{protected o}} AND o.run_id <> h.run_id
+     ORDER BY o.shape, {{queue_order o}} LIMIT (SELECT count(*) + 1 FROM free) - (SELECT count(*) FROM p)
+ )
+ SELECT coalesce(json_agg(json_build_object('RunID', b.run_id, 'CreatedAt', b.created_at,
             'QueueRank', b.queue_rank, 'Protected', b.part = 0) ORDER BY b.part, b.o), '[]')
- FROM (SELECT * FROM (
-     SELECT p.*, 0 AS part, row_number() OVER (ORDER BY {{arrival p}}) AS o FROM (
-         SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
-         WHERE o.state = {{QUEUED}} AND o.shape = h.shape AND {{protected o}} AND o.run_id <> h.run_id
-         ORDER BY o.shape, {{arrival o}} LIMIT (SELECT count(*) + 1 FROM free)) p
-     UNION ALL
-     SELECT q.*, 1, row_number() OVER (ORDER BY {{queue_order q}}) FROM (
-         SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
-         WHERE o.state = {{QUEUED}} AND o.shape = h.shape AND NOT {{protected o}} AND o.run_id <> h.run_id
-         ORDER BY o.shape, {{queue_order o}} LIMIT (SELECT count(*) + 1 FROM free)) q
- ) u ORDER BY u.part, u.o LIMIT (SELECT count(*) + 1 FROM free)) b)
+ FROM (SELECT p.*, 0 AS part, row_number() OVER (ORDER BY {{arrival p}}) AS o FROM p
+       UNION ALL
+       SELECT q.*, 1, row_number() OVER (ORDER BY {{queue_order q}}) FROM q) b)
 
 -- name: wake_next_of_shape
 -- The head of a shape (@head_shape) once its last head was promoted.

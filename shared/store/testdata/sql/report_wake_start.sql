@@ -25,19 +25,20 @@ SELECT * FROM (WITH RECURSIVE shapes(shape) AS (
     LIMIT 32
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles, NULL::text[],
-       (SELECT coalesce(json_agg(json_build_object('RunID', b.run_id, 'CreatedAt', b.created_at,
+       (WITH p AS (
+     SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
+     WHERE o.state = 'QUEUED' AND o.shape = h.shape AND o.created_at < now() - 600::float8 * interval '1 second' AND o.run_id <> h.run_id
+     ORDER BY o.shape, o.created_at, o.run_id LIMIT (SELECT count(*) + 1 FROM free)
+ ), q AS (
+     SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
+     WHERE o.state = 'QUEUED' AND o.shape = h.shape AND NOT o.created_at < now() - 600::float8 * interval '1 second' AND o.run_id <> h.run_id
+     ORDER BY o.shape, o.queue_rank, o.created_at, o.run_id LIMIT (SELECT count(*) + 1 FROM free) - (SELECT count(*) FROM p)
+ )
+ SELECT coalesce(json_agg(json_build_object('RunID', b.run_id, 'CreatedAt', b.created_at,
             'QueueRank', b.queue_rank, 'Protected', b.part = 0) ORDER BY b.part, b.o), '[]')
- FROM (SELECT * FROM (
-     SELECT p.*, 0 AS part, row_number() OVER (ORDER BY p.created_at, p.run_id) AS o FROM (
-         SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
-         WHERE o.state = 'QUEUED' AND o.shape = h.shape AND o.created_at < now() - 600::float8 * interval '1 second' AND o.run_id <> h.run_id
-         ORDER BY o.shape, o.created_at, o.run_id LIMIT (SELECT count(*) + 1 FROM free)) p
-     UNION ALL
-     SELECT q.*, 1, row_number() OVER (ORDER BY q.queue_rank, q.created_at, q.run_id) FROM (
-         SELECT o.run_id, o.created_at, o.queue_rank FROM runs o
-         WHERE o.state = 'QUEUED' AND o.shape = h.shape AND NOT o.created_at < now() - 600::float8 * interval '1 second' AND o.run_id <> h.run_id
-         ORDER BY o.shape, o.queue_rank, o.created_at, o.run_id LIMIT (SELECT count(*) + 1 FROM free)) q
- ) u ORDER BY u.part, u.o LIMIT (SELECT count(*) + 1 FROM free)) b)
+ FROM (SELECT p.*, 0 AS part, row_number() OVER (ORDER BY p.created_at, p.run_id) AS o FROM p
+       UNION ALL
+       SELECT q.*, 1, row_number() OVER (ORDER BY q.queue_rank, q.created_at, q.run_id) FROM q) b)
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
 SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL FROM free f) w
