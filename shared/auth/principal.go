@@ -20,6 +20,17 @@ const (
 	Admin  Kind = "admin"
 )
 
+// The scopes a JWT access token carries, of the resource server "mediator" at the stack's
+// issuer. Every JWT route requires one of them (Scopes), so API Gateway itself refuses a token
+// that has none.
+const (
+	ScopeClient = "mediator/client"
+	ScopeAdmin  = "mediator/admin"
+)
+
+// Scopes are the scopes a JWT route requires one of.
+var Scopes = []string{ScopeClient, ScopeAdmin}
+
 // Principal is an authenticated caller.
 type Principal struct {
 	Kind Kind

@@ -5,34 +5,49 @@ package httpapi
 
 import "mediator/shared/startup"
 
-// Route is one HTTP route and the function that serves it. Routes is the single list the
-// local gateway serves and template.yaml is checked against.
+// Route is one HTTP route, the function that serves it, and who calls it. Routes is the single
+// list the local gateway serves and template.yaml is checked against.
 type Route struct {
 	Method   string
 	Path     string // API Gateway syntax: /v1/runs/{run_id}
 	Function string // functions/<Function>
+	Caller   Caller
 }
+
+// Caller is who a route is for, which decides how API Gateway authorizes it.
+type Caller string
+
+const (
+	// NodeCaller: the routes a node's agent calls as itself. Authorized by IAM in every stack (the
+	// node id pinned by the node role's trust), whatever the stack chooses for people.
+	NodeCaller Caller = "nodes"
+	// PeopleCaller: clients, CI and admins — IAM or JWT, as the stack chooses; with JWT, a route
+	// requires one of the Mediator scopes (auth.Scopes).
+	PeopleCaller Caller = "people"
+	// AnyoneCaller: no credentials (/healthz, the contract).
+	AnyoneCaller Caller = "anyone"
+)
 
 // Key is API Gateway's route key, "POST /v1/runs".
 func (r Route) Key() string { return r.Method + " " + r.Path }
 
 // Routes is every route of the API; openapi.yaml describes each.
 var Routes = []Route{
-	{"POST", "/v1/runs", "submit"},
-	{"GET", "/v1/runs", "query"},
-	{"GET", "/v1/runs/{run_id}", "query"},
-	{"POST", "/v1/runs/{run_id}/cancel", "cancel"},
-	{"POST", "/v1/runs/{run_id}/priority", "cancel"},
-	{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", "result"},
-	{"PUT", "/v1/nodes/{node_id}", "nodes"},
-	{"DELETE", "/v1/nodes/{node_id}", "nodes"},
-	{"POST", "/v1/nodes/{node_id}/drain", "nodes"},
-	{"DELETE", "/v1/nodes/{node_id}/drain", "nodes"},
-	{"GET", "/v1/nodes", "query"},
-	{"GET", "/v1/leases", "query"},
-	{"GET", "/v1/queue", "query"},
-	{"GET", "/healthz", "query"},
-	{"GET", "/v1/openapi.json", "query"},
+	{"POST", "/v1/runs", "submit", PeopleCaller},
+	{"GET", "/v1/runs", "query", PeopleCaller},
+	{"GET", "/v1/runs/{run_id}", "query", PeopleCaller},
+	{"POST", "/v1/runs/{run_id}/cancel", "cancel", PeopleCaller},
+	{"POST", "/v1/runs/{run_id}/priority", "cancel", PeopleCaller},
+	{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", "result", NodeCaller},
+	{"PUT", "/v1/nodes/{node_id}", "nodes", NodeCaller},
+	{"DELETE", "/v1/nodes/{node_id}", "nodes", PeopleCaller},
+	{"POST", "/v1/nodes/{node_id}/drain", "nodes", PeopleCaller},
+	{"DELETE", "/v1/nodes/{node_id}/drain", "nodes", PeopleCaller},
+	{"GET", "/v1/nodes", "query", PeopleCaller},
+	{"GET", "/v1/leases", "query", PeopleCaller},
+	{"GET", "/v1/queue", "query", PeopleCaller},
+	{"GET", "/healthz", "query", AnyoneCaller},
+	{"GET", "/v1/openapi.json", "query", AnyoneCaller},
 }
 
 // Functions builds every HTTP function's handler by name, as the local gateway serves them.
