@@ -43,6 +43,8 @@ Any other field, or neither cmd nor argv, fails the step saying why.
 
 A step's environment is the agent's, without its MEDIATOR_ variables, then the spec's env, then:
   MEDIATOR_RUN_ID, MEDIATOR_STEP_ID, MEDIATOR_ROLE, MEDIATOR_NODE_ID, MEDIATOR_ATTEMPT
+                                MEDIATOR_RUN_ID is the run's key, unique across owners: its
+                                id, unless another owner's run had that key first
   MEDIATOR_NODE_<ROLE>          the node of every role of the run
   MEDIATOR_OUTPUTS              a file to append key=value lines to: after a successful exit
                                 they are the step's outputs (a line that is not one fails it)

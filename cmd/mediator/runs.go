@@ -126,9 +126,23 @@ func (a *app) printRuns(pages []*client.RunPage) {
 	}
 }
 
+// ownerFlag is an admin's --owner: whose run an id means when runs of several owners have it.
+func ownerFlag(cmd *cobra.Command, owner *string) {
+	cmd.Flags().StringVar(owner, "owner", "", "admins: whose run the id means (client:alice), when several owners have a run of that id")
+}
+
+// forOwner is api naming the runs of owner, when one is given.
+func forOwner(api *client.Client, owner string) *client.Client {
+	if owner == "" {
+		return api
+	}
+	return api.ForOwner(owner)
+}
+
 func runCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:     "run ID",
+	var owner string
+	cmd := &cobra.Command{
+		Use:     "run ID [--owner O]",
 		Short:   "Show a run: its state, roles and nodes, steps, and history",
 		GroupID: "runs",
 		Args:    oneArg("run id"),
@@ -137,7 +151,7 @@ func runCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := api.GetRun(cmd.Context(), args[0])
+			d, err := forOwner(api, owner).GetRun(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -149,6 +163,8 @@ func runCommand(a *app) *cobra.Command {
 			return nil
 		},
 	}
+	ownerFlag(cmd, &owner)
+	return cmd
 }
 
 func (a *app) printRun(d *client.RunDetail) {
@@ -168,6 +184,9 @@ func (a *app) printRun(d *client.RunDetail) {
 		times = append(times, fmt.Sprintf("finished %s, %s after it was submitted", ago(*r.FinishedAt, now), elapsed(took)))
 	}
 	fmt.Fprintf(w, "  %s\n", strings.Join(times, " · "))
+	if r.Owner != "" {
+		fmt.Fprintf(w, "  owner %s · key %s\n", visible(r.Owner), visible(r.Key))
+	}
 	if r.CancelRequestedAt != nil {
 		line := "  cancel requested " + ago(*r.CancelRequestedAt, now)
 		if r.CancelReason != nil && *r.CancelReason != "" {
@@ -231,6 +250,7 @@ func oneLine(s string) string {
 
 func cancelCommand(a *app) *cobra.Command {
 	var req client.CancelRequest
+	var owner string
 	cmd := &cobra.Command{
 		Use:     "cancel ID [--force] [--reason R]",
 		Short:   "Cancel a run",
@@ -243,7 +263,7 @@ and is CANCELLED when they have (or after a grace). --force (admins) settles it 
 			if err != nil {
 				return err
 			}
-			c, err := api.Cancel(cmd.Context(), args[0], req)
+			c, err := forOwner(api, owner).Cancel(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
 			}
@@ -262,11 +282,13 @@ and is CANCELLED when they have (or after a grace). --force (admins) settles it 
 	}
 	cmd.Flags().BoolVar(&req.Force, "force", false, "settle it CANCELLED at once, without waiting for its nodes (admins)")
 	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, kept with the run")
+	ownerFlag(cmd, &owner)
 	return cmd
 }
 
 func priorityCommand(a *app) *cobra.Command {
-	return &cobra.Command{
+	var owner string
+	cmd := &cobra.Command{
 		Use:     "priority ID P",
 		Short:   "Change a queued run's priority (admins)",
 		GroupID: "runs",
@@ -283,7 +305,7 @@ then arrival. Raised, the run may be placed at once; a run no longer queued is r
 			if err != nil {
 				return err
 			}
-			r, err := api.SetPriority(cmd.Context(), args[0], priority)
+			r, err := forOwner(api, owner).SetPriority(cmd.Context(), args[0], priority)
 			if err != nil {
 				return err
 			}
@@ -299,4 +321,6 @@ then arrival. Raised, the run may be placed at once; a run no longer queued is r
 			return nil
 		},
 	}
+	ownerFlag(cmd, &owner)
+	return cmd
 }

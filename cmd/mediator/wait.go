@@ -25,6 +25,9 @@ const (
 // line redrawn in place; elsewhere one line per change. With --output json the progress goes
 // to stderr, and only when that is a terminal: stdout is for the API's JSON.
 func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*client.RunDetail, error) {
+	if run.Owner != "" { // an admin's run: its id may be another owner's too
+		api = api.ForOwner(run.Owner)
+	}
 	s := a.statusLine()
 	began := a.now()
 	var detail *client.RunDetail

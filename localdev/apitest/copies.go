@@ -14,10 +14,10 @@ func (e *Env) CopyRun(runID, prefix string, n int) {
 	e.Exec(`WITH copies AS (
 		SELECT $2::text || i AS run_id, i * interval '1 millisecond' AS shift FROM generate_series(1, $3::int) i
 	), runs AS (
-		INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, attempt, max_attempts,
+		INSERT INTO runs (run_id, name, owner, state, reason, request_hash, shape, width, attempt, max_attempts,
 			timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, priority,
 			created_at, started_at, finished_at, deadline_at, cancel_requested_at, cancel_reason)
-		SELECT c.run_id, r.owner, r.state, r.reason, r.request_hash, r.shape, r.width, r.attempt, r.max_attempts,
+		SELECT c.run_id, c.run_id, r.owner, r.state, r.reason, r.request_hash, r.shape, r.width, r.attempt, r.max_attempts,
 			r.timeout_seconds, r.queue_timeout_seconds, r.wait_for_capacity, r.metadata, r.priority,
 			r.created_at - c.shift, r.started_at - c.shift, r.finished_at - c.shift,
 			r.deadline_at - c.shift, r.cancel_requested_at - c.shift, r.cancel_reason

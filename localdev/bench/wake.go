@@ -199,8 +199,8 @@ func (b *bench) seedQueue(ctx context.Context, from, to int) error {
 		return nil
 	}
 	return b.setup(ctx, fmt.Sprintf(`
-		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, created_at)
-		SELECT 'w-' || lpad(i::text, 7, '0'), 'client:bench', 'QUEUED', '\x00', '[["wake"]]', 1, 1000000,
+		INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts, created_at)
+		SELECT 'w-' || lpad(i::text, 7, '0'), 'w-' || lpad(i::text, 7, '0'), 'client:bench', 'QUEUED', '\x00', '[["wake"]]', 1, 1000000,
 		       now() - interval '1 hour' + i * interval '1 millisecond'
 		FROM generate_series(%[1]d + 1, %[2]d) i;
 		INSERT INTO run_roles (run_id, role, ordinal, needs)

@@ -53,6 +53,9 @@ type IAMRoles struct {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/+=,-]{0,199}$`)
 
+// OwnerPattern is an owner as runs record it (Principal.Owner): a kind, a colon, an id.
+var OwnerPattern = regexp.MustCompile(`^(client|node|admin):` + strings.TrimPrefix(idPattern.String(), "^"))
+
 // Authorizer is p as a Lambda authorizer's context, as FromRequest reads it back: what the local
 // gateway and the benchmarks put in the events they build.
 func (p Principal) Authorizer() *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {

@@ -37,6 +37,7 @@ type Client struct {
 	timeout   time.Duration
 	retry     Retry
 	userAgent string
+	owner     string // ForOwner's
 	// wait sleeps between attempts; tests replace it to see the waits without taking them.
 	wait func(context.Context, time.Duration) error
 }

@@ -41,6 +41,10 @@ type Run struct {
 	Metadata            json.RawMessage   `json:"metadata"`
 	// QueuePosition is how many runs are ahead of a QUEUED run.
 	QueuePosition *int `json:"queue_position,omitempty"`
+	// Owner and Key are shown to admins: who submitted it, and its key, unique across owners
+	// (what its nodes and events name it by).
+	Owner string `json:"owner,omitempty"`
+	Key   string `json:"key,omitempty"`
 }
 
 // ReasonText is the run's reason, or "".

@@ -15,8 +15,8 @@ import (
 // and an admin's POST /v1/runs/{run_id}/priority.
 func Cancel(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
-		"POST /v1/runs/{run_id}/cancel":   {serve: cancel},
-		"POST /v1/runs/{run_id}/priority": {serve: setPriority},
+		"POST /v1/runs/{run_id}/cancel":   {query: []string{"owner"}, serve: cancel},
+		"POST /v1/runs/{run_id}/priority": {query: []string{"owner"}, serve: setPriority},
 	})
 }
 
@@ -26,7 +26,7 @@ func setPriority(c *call) (reply, error) {
 	if err := c.allow(auth.Admin); err != nil {
 		return reply{}, err
 	}
-	runID, err := c.pathID("run_id")
+	ref, err := c.runRef()
 	if err != nil {
 		return reply{}, err
 	}
@@ -38,14 +38,14 @@ func setPriority(c *call) (reply, error) {
 	if errs != nil {
 		return reply{}, problem.Invalid(errs)
 	}
-	res, err := c.d.Store.SetPriority(c.ctx, runID, priority)
+	res, err := c.d.Store.SetPriority(c.ctx, ref, priority)
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit([]string{runID}, res.CapacityAppeared, store.WakeParams{})
+	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{})
 	if res.Run.State == wire.Queued && res.CapacityAppeared {
 		// The answer says where it stands now, its own wake included.
-		if now, err := c.d.Store.GetRun(c.ctx, runID, c.viewer()); err == nil {
+		if now, err := c.d.Store.GetRunByKey(c.ctx, res.Run.StoreKey(), c.viewer()); err == nil {
 			res.Run = now
 		}
 	}
@@ -58,7 +58,7 @@ func cancel(c *call) (reply, error) {
 	if err := c.allow(auth.Client, auth.Admin); err != nil {
 		return reply{}, err
 	}
-	runID, err := c.pathID("run_id")
+	ref, err := c.runRef()
 	if err != nil {
 		return reply{}, err
 	}
@@ -73,11 +73,11 @@ func cancel(c *call) (reply, error) {
 	if force && !c.who.IsAdmin() {
 		return reply{}, problem.New(problem.Forbidden, "only an admin may force a cancel")
 	}
-	res, err := c.d.Store.Cancel(c.ctx, store.CancelParams{RunID: runID, Viewer: c.viewer(), Reason: reason, Force: force})
+	res, err := c.d.Store.Cancel(c.ctx, store.CancelParams{Run: ref, Reason: reason, Force: force})
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit([]string{runID}, res.CapacityAppeared, store.WakeParams{})
+	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{})
 	if res.Settled {
 		return reply{http.StatusOK, runBody(res.Run)}, nil
 	}

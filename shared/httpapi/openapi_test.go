@@ -140,8 +140,8 @@ func TestContractCatchesWhatTheDocumentDoesNotSay(t *testing.T) {
 		want string // a word the finding must have
 	}{
 		{"a member the run does not have", doctor(func(r *events.APIGatewayV2HTTPResponse) {
-			r.Body = strings.Replace(r.Body, `"run_id":"r"`, `"run_id":"r","owner":"client:alice"`, 1)
-		}), "owner"},
+			r.Body = strings.Replace(r.Body, `"run_id":"r"`, `"run_id":"r","colour":"blue"`, 1)
+		}), "colour"},
 		{"a member the answer does not have", doctor(func(r *events.APIGatewayV2HTTPResponse) {
 			r.Body = strings.TrimSuffix(r.Body, "}") + `,"placed":true}`
 		}), "placed"},

@@ -22,7 +22,7 @@ func Query(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"GET /healthz":          {public: true, serve: healthz},
 		"GET /v1/openapi.json":  {public: true, serve: openapiDoc},
-		"GET /v1/runs/{run_id}": {serve: getRun},
+		"GET /v1/runs/{run_id}": {query: []string{"owner"}, serve: getRun},
 		"GET /v1/runs":          {query: []string{"state", "priority", "limit", "after"}, serve: listRuns},
 		"GET /v1/queue":         {serve: queue},
 		"GET /v1/nodes":         {serve: listNodes},
@@ -50,15 +50,15 @@ func getRun(c *call) (reply, error) {
 	if err := c.allow(auth.Client, auth.Admin); err != nil {
 		return reply{}, err
 	}
-	runID, err := c.pathID("run_id")
+	ref, err := c.runRef()
 	if err != nil {
 		return reply{}, err
 	}
-	run, err := c.d.Store.GetRun(c.ctx, runID, c.viewer())
+	run, err := c.d.Store.GetRun(c.ctx, ref)
 	if err != nil {
 		return reply{}, err
 	}
-	history, err := c.d.Store.History(c.ctx, runID)
+	history, err := c.d.Store.History(c.ctx, run.StoreKey())
 	if err != nil {
 		return reply{}, err
 	}
@@ -114,9 +114,15 @@ func listRuns(c *call) (reply, error) {
 	return reply{http.StatusOK, map[string]any{"runs": runs, "next": nextCursor}}, nil
 }
 
-// Cursors are opaque to clients: base64url of "<created_at micros>:<run_id>".
+// Cursors are opaque to clients: base64url of "<created_at micros>/<name>" (a client's) or
+// "<created_at micros>/<name>/<key>" (an admin's). "/" is in neither a name nor a key. A cursor
+// "<micros>:<run_id>", from before runs had names, is the run of that name and key.
 func encodeCursor(c store.Cursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAtMicros, 10) + ":" + c.RunID))
+	s := strconv.FormatInt(c.CreatedAtMicros, 10) + "/" + c.Name
+	if c.Key != "" {
+		s += "/" + c.Key
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
 // maxCursorMicros is the year 10000: a cursor time past it (or before 1970) was never given
@@ -128,12 +134,26 @@ func decodeCursor(s string) (*store.Cursor, bool) {
 	if err != nil {
 		return nil, false
 	}
-	micros, runID, ok := strings.Cut(string(raw), ":")
-	n, err := strconv.ParseInt(micros, 10, 64)
-	if !ok || err != nil || n < 0 || n >= maxCursorMicros || !wire.IDPattern.MatchString(runID) {
+	parts := strings.Split(string(raw), "/")
+	if len(parts) == 1 { // "<micros>:<run_id>"
+		micros, runID, _ := strings.Cut(parts[0], ":")
+		parts = []string{micros, runID, runID}
+	}
+	if len(parts) < 2 || len(parts) > 3 {
 		return nil, false
 	}
-	return &store.Cursor{CreatedAtMicros: n, RunID: runID}, true
+	n, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || n < 0 || n >= maxCursorMicros {
+		return nil, false
+	}
+	c := &store.Cursor{CreatedAtMicros: n, Name: parts[1]}
+	if len(parts) == 3 {
+		c.Key = parts[2]
+	}
+	if !wire.IDPattern.MatchString(c.Name) || (c.Key != "" && !wire.IDPattern.MatchString(c.Key)) {
+		return nil, false
+	}
+	return c, true
 }
 
 func queue(c *call) (reply, error) {

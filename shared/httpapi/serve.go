@@ -143,6 +143,9 @@ func ProblemFor(err error) (p *problem.Problem, known bool) {
 		if ended := (*store.RunNotLiveError)(nil); errors.As(err, &ended) {
 			p.Run = ended.Run
 		}
+		if ambiguous := (*store.RunIDAmbiguousError)(nil); errors.As(err, &ambiguous) {
+			p.Owners = ambiguous.Owners
+		}
 		return p, true
 	}
 	return problem.New(problem.Internal, ""), false
@@ -340,6 +343,26 @@ func malformedQuery(raw string) problem.FieldError {
 		}
 	}
 	return problem.FieldError{Path: "", Message: "the query string is malformed (a bad %-escape or a ';')"}
+}
+
+// runRef is the run the path's run_id names for this caller: a client's own run of that id; an
+// admin's of any owner, of the owner the query names when it does (?owner=, admins only).
+func (c *call) runRef() (store.RunRef, error) {
+	name, err := c.pathID("run_id")
+	if err != nil {
+		return store.RunRef{}, err
+	}
+	ref := store.RunRef{Name: name, Viewer: c.viewer()}
+	if owner, given := c.query["owner"]; given {
+		switch {
+		case !c.who.IsAdmin():
+			return store.RunRef{}, problem.New(problem.Forbidden, "only an admin names a run's owner")
+		case !auth.OwnerPattern.MatchString(owner):
+			return store.RunRef{}, problem.Invalid([]problem.FieldError{{Path: "owner", Message: "must be an owner as runs show it, <kind>:<id>"}})
+		}
+		ref.Owner = owner
+	}
+	return ref, nil
 }
 
 // viewer is who reads runs: clients see their own, admins everything.

@@ -17,6 +17,7 @@ const (
 	Forbidden            = "forbidden"
 	NotFound             = "not_found"
 	RunIDConflict        = "run_id_conflict"
+	RunIDAmbiguous       = "run_id_ambiguous"
 	StaleAssignment      = "stale_assignment"
 	NotRunnable          = "not_runnable"
 	ResultConflict       = "result_conflict"
@@ -37,6 +38,7 @@ var table = map[string]struct {
 	Forbidden:            {http.StatusForbidden, "Not allowed for this principal"},
 	NotFound:             {http.StatusNotFound, "Not found"},
 	RunIDConflict:        {http.StatusConflict, "The run_id is already used by a different request"},
+	RunIDAmbiguous:       {http.StatusConflict, "The run_id names runs of several owners; say whose (owner)"},
 	StaleAssignment:      {http.StatusConflict, "The step is not assigned to this node under this lease"},
 	NotRunnable:          {http.StatusConflict, "The step cannot take this report in its current state"},
 	ResultConflict:       {http.StatusConflict, "The report conflicts with what the step already recorded"},
@@ -65,6 +67,8 @@ type Problem struct {
 	Errors    []FieldError `json:"errors,omitempty"`
 	// Run is carried by run_not_live, so a client learns how its run ended.
 	Run any `json:"run,omitempty"`
+	// Owners are carried by run_id_ambiguous: the owners of the runs an admin's id names.
+	Owners []string `json:"owners,omitempty"`
 }
 
 // New is the problem for code, with a detail for the client.

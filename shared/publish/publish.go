@@ -31,8 +31,9 @@ const (
 type Detail struct {
 	EventID  int64             `json:"event_id"`
 	Seq      int64             `json:"seq"`
-	RunID    string            `json:"run_id"`
+	RunID    string            `json:"run_id"` // as its owner named it
 	Owner    string            `json:"owner"`
+	RunKey   string            `json:"run_key"` // unique across owners
 	Kind     string            `json:"kind"`
 	From     *string           `json:"from"`
 	To       string            `json:"to"`
@@ -142,7 +143,7 @@ func (p *Publisher) put(ctx context.Context, events []store.OutboundEvent) ([]in
 	for try := 1; ; try++ {
 		entries := make([]types.PutEventsRequestEntry, len(events))
 		for i, e := range events {
-			detail, err := json.Marshal(Detail{EventID: e.EventID, Seq: e.Seq, RunID: e.RunID, Owner: e.Owner,
+			detail, err := json.Marshal(Detail{EventID: e.EventID, Seq: e.Seq, RunID: e.RunID, Owner: e.Owner, RunKey: e.RunKey,
 				Kind: e.Kind, From: e.From, To: e.To, Reason: e.Reason, Attempt: e.Attempt, At: e.At,
 				NodeID: e.NodeID, Assigned: e.Assigned})
 			if err != nil {

@@ -11,8 +11,7 @@ import (
 
 // CancelParams is a cancel request. Force (admins only; the handler checks) settles at once.
 type CancelParams struct {
-	RunID  string
-	Viewer Viewer
+	Run    RunRef
 	Reason string
 	Force  bool
 }
@@ -39,24 +38,29 @@ var (
 // viewer may not see is ErrNotFound. The caller wakes the queue when something was released.
 func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
 	return inTx(ctx, s, func(tx pgx.Tx) (CancelResult, error) {
-		t := lockTarget{RunID: p.RunID}
-		if !p.Viewer.Admin {
-			t.Owner = p.Viewer.Owner
+		key, err := resolve(ctx, tx, p.Run)
+		if err != nil {
+			return CancelResult{}, err
+		}
+		t := lockTarget{RunID: key}
+		if !p.Run.Viewer.Admin {
+			t.Owner = p.Run.Viewer.Owner
 		}
 		lr, err := lockRun(ctx, tx, t)
 		if err != nil {
 			return CancelResult{}, err
 		}
-		res, err := s.cancelLocked(ctx, tx, lr, p)
+		res, err := s.cancelLocked(ctx, tx, lr, key, p)
 		if err != nil && !errors.Is(err, ErrRunNotLive) {
 			return CancelResult{}, err
 		}
 		// The answer is read before COMMIT: once the cancel is committed, nothing may turn
 		// the answer into an error (a request deadline passing, a dropped connection).
-		run, readErr := getRun(ctx, tx, p.RunID)
+		run, readErr := getRun(ctx, tx, key)
 		if readErr != nil {
 			return CancelResult{}, readErr
 		}
+		run = run.ShownTo(p.Run.Viewer)
 		if err != nil { // not live: say how it ended
 			return CancelResult{}, &RunNotLiveError{Run: run}
 		}
@@ -65,14 +69,14 @@ func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error
 	})
 }
 
-func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p CancelParams) (CancelResult, error) {
+func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, key string, p CancelParams) (CancelResult, error) {
 	if wire.Final(lr.state) {
 		return CancelResult{}, ErrRunNotLive
 	}
 	if lr.state == wire.Queued || p.Force || !slices.ContainsFunc(lr.steps, func(st reportStep) bool { return st.State == wire.Running }) {
 		ended, err := s.endRuns(ctx, tx, ending{
 			stmt: endCancelledStmt, from: lr.state, state: wire.Cancelled, reason: wire.ReasonCancelled, kind: "cancelled", pendingTo: wire.Cancelled,
-			args: named{"run_id": p.RunID, "cancel_reason": nullIfEmpty(p.Reason)},
+			args: named{"run_id": key, "cancel_reason": nullIfEmpty(p.Reason)},
 		})
 		return CancelResult{Settled: true, Released: ended.freed, CapacityAppeared: ended.madeRoom()}, err
 	}
@@ -85,7 +89,7 @@ func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, p Can
 	}
 	var released int
 	err := cancelRequestStmt.queryRow(ctx, tx, named{
-		"run_id": p.RunID, "reason": nullIfEmpty(p.Reason), "release": finalRoles(after), "first": !lr.cancelling,
+		"run_id": key, "reason": nullIfEmpty(p.Reason), "release": finalRoles(after), "first": !lr.cancelling,
 	}).Scan(&released)
 	return CancelResult{Released: released, CapacityAppeared: released > 0}, err
 }

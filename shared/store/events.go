@@ -24,8 +24,9 @@ var (
 // OutboundEvent is a run event as it is published.
 type OutboundEvent struct {
 	EventID  int64
-	Seq      int64 // its place in its run's history, from 1
-	RunID    string
+	Seq      int64  // its place in its run's history, from 1
+	RunKey   string // unique across owners
+	RunID    string // the id its owner chose: unique among the owner's runs
 	Owner    string
 	Kind     string
 	From     *string

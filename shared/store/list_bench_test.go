@@ -38,8 +38,8 @@ func BenchmarkListRunsOfARareState(b *testing.B) {
 	env := apitest.New(b)
 	for from := 1; from <= 30000; from += 10000 {
 		env.Exec(`
-		INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, max_attempts, created_at, started_at, finished_at)
-		SELECT 'done-' || i, CASE WHEN i % 5 = 0 THEN 'client:b' ELSE 'client:' || (i % 50) END,
+		INSERT INTO runs (run_id, name, owner, state, reason, request_hash, shape, width, max_attempts, created_at, started_at, finished_at)
+		SELECT 'done-' || i, 'done-' || i, CASE WHEN i % 5 = 0 THEN 'client:b' ELSE 'client:' || (i % 50) END,
 		       (ARRAY['SUCCEEDED', 'FAILED', 'CANCELLED'])[CASE WHEN i % 5 = 0 THEN 1 ELSE 1 + i % 3 END],
 		       CASE WHEN i % 5 = 0 OR i % 3 = 0 THEN NULL WHEN i % 3 = 1 THEN 'step_failed' ELSE 'cancelled' END,
 		       '\x00', '[["board"]]', 1, 1, now() - i * interval '1 second', now() - i * interval '1 second', now() - i * interval '1 second'

@@ -39,7 +39,7 @@ func TestWriterDecidesFromTheRunAsLocked(t *testing.T) {
 	err := env.Store.ReportHolding(ctx, wire.Report{RunID: "pair", StepID: "flash", NodeID: "B", BootID: "b1",
 		Epoch: epoch, Status: wire.ReportSucceeded}, func() {
 		go func() {
-			_, err := env.Store.Cancel(ctx, store.CancelParams{RunID: "pair", Viewer: store.Viewer{Admin: true}})
+			_, err := env.Store.Cancel(ctx, store.CancelParams{Run: store.RunRef{Name: "pair", Viewer: store.Viewer{Admin: true}}})
 			errs <- err
 		}()
 		waitForLockWaiter(t, env, errs)

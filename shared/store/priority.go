@@ -21,8 +21,12 @@ type PriorityResult struct {
 // SetPriority changes a queued run's priority (admins: POST /v1/runs/{run_id}/priority). A run
 // that is not queued is ErrRunNotQueued; one that does not exist, ErrNotFound. The same
 // priority again changes nothing and records nothing.
-func (s *Store) SetPriority(ctx context.Context, runID string, priority int) (PriorityResult, error) {
+func (s *Store) SetPriority(ctx context.Context, ref RunRef, priority int) (PriorityResult, error) {
 	return inTx(ctx, s, func(tx pgx.Tx) (PriorityResult, error) {
+		runID, err := resolve(ctx, tx, ref)
+		if err != nil {
+			return PriorityResult{}, err
+		}
 		lr, err := lockRun(ctx, tx, lockTarget{RunID: runID})
 		if err != nil {
 			return PriorityResult{}, err
@@ -35,6 +39,6 @@ func (s *Store) SetPriority(ctx context.Context, runID string, priority int) (Pr
 			return PriorityResult{}, err
 		}
 		run, err := getRun(ctx, tx, runID)
-		return PriorityResult{Run: run, CapacityAppeared: changed > 0}, err
+		return PriorityResult{Run: run.ShownTo(ref.Viewer), CapacityAppeared: changed > 0}, err
 	})
 }

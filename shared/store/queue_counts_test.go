@@ -25,8 +25,8 @@ import (
 func seedSpreadQueue(t *testing.T, env *apitest.Env, n int) {
 	t.Helper()
 	env.Exec(`
-		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, priority, created_at)
-		SELECT 'seed-' || lpad(i::text, 5, '0'), 'client:t', 'QUEUED', '\x00',
+		INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts, priority, created_at)
+		SELECT 'seed-' || lpad(i::text, 5, '0'), 'seed-' || lpad(i::text, 5, '0'), 'client:t', 'QUEUED', '\x00',
 		       CASE WHEN i % 4 = 0 THEN '[["big","board"]]' ELSE '[["board"]]' END, 1, 1,
 		       (ARRAY[10, 50, 90])[1 + i % 3],
 		       now() - interval '3 hours' + (i * i % 10800) * interval '1 second' + (i % 7) * interval '1 millisecond'
@@ -102,14 +102,14 @@ func TestQueuePositionsAreExactUnderConcurrency(t *testing.T) {
 		return err
 	})
 	work("cancel", 60, func(r *rand.Rand, i int) error {
-		_, err := env.Store.Cancel(ctx, store.CancelParams{RunID: seedID(r), Viewer: store.Viewer{Admin: true}})
+		_, err := env.Store.Cancel(ctx, store.CancelParams{Run: store.RunRef{Name: seedID(r), Viewer: store.Viewer{Admin: true}}})
 		if errors.As(err, new(*store.RunNotLiveError)) {
 			return nil
 		}
 		return err
 	})
 	work("priority", 60, func(r *rand.Rand, i int) error {
-		_, err := env.Store.SetPriority(ctx, seedID(r), r.IntN(101))
+		_, err := env.Store.SetPriority(ctx, store.RunRef{Name: seedID(r), Viewer: store.Viewer{Admin: true}}, r.IntN(101))
 		if errors.Is(err, store.ErrRunNotQueued) {
 			return nil
 		}
@@ -164,7 +164,7 @@ func checkQueueReads(t *testing.T, env *apitest.Env) {
 	}
 	admin := store.Viewer{Admin: true}
 	for want, q := range all {
-		run, err := env.Store.GetRun(ctx, q.ID, admin)
+		run, err := env.Store.GetRun(ctx, store.RunRef{Name: q.ID, Viewer: admin})
 		if err != nil || run.QueuePosition == nil || *run.QueuePosition != want {
 			t.Fatalf("%s: position %s (%v), want %d", q.ID, showPosition(run.QueuePosition), err, want)
 		}

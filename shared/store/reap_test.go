@@ -89,7 +89,7 @@ func TestReapDeadlines(t *testing.T) {
 	if r := env.Report(node, "b1", env.Epoch(node), "cancelling", "s1", "started"); r.Status != 200 {
 		t.Fatalf("start: %s", r)
 	}
-	if _, err := env.Store.Cancel(context.Background(), store.CancelParams{RunID: "cancelling", Viewer: store.Viewer{Admin: true}}); err != nil {
+	if _, err := env.Store.Cancel(context.Background(), store.CancelParams{Run: store.RunRef{Name: "cancelling", Viewer: store.Viewer{Admin: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing is due yet.
@@ -186,8 +186,8 @@ func seedExpired(t *testing.T, env *apitest.Env, n int) {
 	t.Helper()
 	env.Exec(`INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at)
 		SELECT 'n' || i, '{board}', 'b1', now() + interval '1 hour' FROM generate_series(1, $1) i`, n)
-	env.Exec(`INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, started_at)
-		SELECT 'r' || i, 'client:t', 'RUNNING', '\x00', '[["board"]]', 1, 1, now() FROM generate_series(1, $1) i`, n)
+	env.Exec(`INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts, started_at)
+		SELECT 'r' || i, 'r' || i, 'client:t', 'RUNNING', '\x00', '[["board"]]', 1, 1, now() FROM generate_series(1, $1) i`, n)
 	env.Exec(`INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) SELECT 'r' || i, 'main', 0, '{board}', 'n' || i FROM generate_series(1, $1) i`, n)
 	env.Exec(`INSERT INTO steps (run_id, step_id, role, ordinal) SELECT 'r' || i, 's1', 'main', 0 FROM generate_series(1, $1) i`, n)
 	env.Exec(`INSERT INTO run_events (run_id, attempt, kind, to_state) SELECT 'r' || i, 1, 'submitted', 'RUNNING' FROM generate_series(1, $1) i`, n)

@@ -13,8 +13,8 @@ import (
 // seedFinished writes n runs that ended days ago, each with a role, a step and two events.
 func seedFinished(t *testing.T, env *apitest.Env, prefix string, n, days int) {
 	t.Helper()
-	env.Exec(`INSERT INTO runs (run_id, owner, state, reason, request_hash, shape, width, max_attempts, created_at, started_at, finished_at)
-		SELECT $1 || i, 'client:t', 'FAILED', 'step_failed', '\x00', '[["board"]]', 1, 1,
+	env.Exec(`INSERT INTO runs (run_id, name, owner, state, reason, request_hash, shape, width, max_attempts, created_at, started_at, finished_at)
+		SELECT $1 || i, $1 || i, 'client:t', 'FAILED', 'step_failed', '\x00', '[["board"]]', 1, 1,
 		       now() - make_interval(days => $3 + 1), now() - make_interval(days => $3 + 1), now() - make_interval(days => $3)
 		FROM generate_series(1, $2) i`, prefix, n, days)
 	env.Exec(`INSERT INTO run_roles (run_id, role, ordinal, needs) SELECT $1 || i, 'main', 0, '{board}' FROM generate_series(1, $2) i`, prefix, n)

@@ -149,8 +149,8 @@ func TestRunnableInGoIsRunnableInSQL(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 40 {
 		runID, cancelling := fmt.Sprintf("r%d", trial), trial%5 == 0
-		if _, err := conn.Exec(ctx, `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, started_at, cancel_requested_at)
-			VALUES ($1, 'client:t', 'RUNNING', '\x00', '[["x"]]', 1, 1, now(), CASE WHEN $2 THEN now() END)`, runID, cancelling); err != nil {
+		if _, err := conn.Exec(ctx, `INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts, started_at, cancel_requested_at)
+			VALUES ($1, $1, 'client:t', 'RUNNING', '\x00', '[["x"]]', 1, 1, now(), CASE WHEN $2 THEN now() END)`, runID, cancelling); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := conn.Exec(ctx, `INSERT INTO run_roles (run_id, role, ordinal, needs) VALUES ($1, 'main', 0, '{x}')`, runID); err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -9,9 +10,12 @@ import (
 )
 
 var (
-	getRunStmt     = stmt("get_run")
-	runHistoryStmt = stmt("run_history")
-	listRunsStmt   = stmtToFill("list_runs")
+	getRunStmt        = stmt("get_run")
+	getRunOfOwnerStmt = stmt("get_run_of_owner")
+	runKeyOfOwnerStmt = stmt("run_key_of_owner")
+	resolveRunStmt    = stmt("resolve_run")
+	runHistoryStmt    = stmt("run_history")
+	listRunsStmt      = stmtToFill("list_runs")
 )
 
 // Viewer is who is reading: a run is visible to its owner and to admins; to anyone else it
@@ -24,21 +28,83 @@ type Viewer struct {
 // sees says whether v may see a run of owner's: its owner and admins may.
 func (v Viewer) sees(owner string) bool { return v.Admin || owner == v.Owner }
 
-// GetRun reads one run as v may see it.
-func (s *Store) GetRun(ctx context.Context, runID string, v Viewer) (Run, error) {
-	run, err := getRun(ctx, s.pool, runID)
+// RunRef names a run as a caller does: by the id its owner chose. A client means its own run of
+// that name; an admin one of any owner's, of Owner's when given, or — when no run has the name —
+// the run with that key.
+type RunRef struct {
+	Name   string
+	Viewer Viewer
+	Owner  string // an admin's choice of owner; "" for none
+}
+
+// ErrRunIDAmbiguousError is an admin's id that names runs of several owners; the answer names
+// them, for the admin to say whose.
+type RunIDAmbiguousError struct{ Owners []string }
+
+func (e *RunIDAmbiguousError) Error() string { return ErrRunIDAmbiguous.Error() }
+func (e *RunIDAmbiguousError) Unwrap() error { return ErrRunIDAmbiguous }
+
+// resolve finds the key of the run ref names, through q. A run the viewer may not see is
+// ErrNotFound, the same as one that does not exist.
+func resolve(ctx context.Context, q querier, ref RunRef) (string, error) {
+	if !ref.Viewer.Admin {
+		var key string
+		err := runKeyOfOwnerStmt.queryRow(ctx, q, ref.Viewer.Owner, ref.Name).Scan(&key)
+		return key, err
+	}
+	type match struct{ Key, Owner string }
+	found, err := collect(ctx, q, resolveRunStmt, pgx.RowToStructByPos[match], named{"name": ref.Name, "owner": ref.Owner})
+	switch {
+	case err != nil:
+		return "", err
+	case len(found) == 0:
+		return "", ErrNotFound
+	case len(found) > 1:
+		owners := make([]string, len(found))
+		for i, m := range found {
+			owners[i] = m.Owner
+		}
+		slices.Sort(owners)
+		return "", &RunIDAmbiguousError{Owners: owners}
+	}
+	return found[0].Key, nil
+}
+
+// GetRun reads the run ref names, as its viewer may see it.
+func (s *Store) GetRun(ctx context.Context, ref RunRef) (Run, error) {
+	var run Run
+	var err error
+	if ref.Viewer.Admin {
+		var key string
+		if key, err = resolve(ctx, s.pool, ref); err != nil {
+			return Run{}, err
+		}
+		run, err = getRun(ctx, s.pool, key)
+	} else {
+		run, err = scanRun(getRunOfOwnerStmt.queryRow(ctx, s.pool, ref.Viewer.Owner, ref.Name))
+	}
+	if err != nil {
+		return Run{}, err
+	}
+	return run.ShownTo(ref.Viewer), nil
+}
+
+// GetRunByKey reads a run by its key, as v may see it: for a caller that holds the key from a
+// write it made.
+func (s *Store) GetRunByKey(ctx context.Context, key string, v Viewer) (Run, error) {
+	run, err := getRun(ctx, s.pool, key)
 	if err != nil {
 		return Run{}, err
 	}
 	if !v.sees(run.owner) {
 		return Run{}, ErrNotFound
 	}
-	return run, nil
+	return run.ShownTo(v), nil
 }
 
-// getRun reads one run, whoever owns it, through q (the pool, or a transaction).
-func getRun(ctx context.Context, q querier, runID string) (Run, error) {
-	return scanRun(getRunStmt.queryRow(ctx, q, runID))
+// getRun reads one run by its key, whoever owns it, through q (the pool, or a transaction).
+func getRun(ctx context.Context, q querier, key string) (Run, error) {
+	return scanRun(getRunStmt.queryRow(ctx, q, key))
 }
 
 func scanRun(row pgx.Row) (Run, error) {
@@ -49,7 +115,7 @@ func scanRun(row pgx.Row) (Run, error) {
 		NodeID string   `json:"node_id"`
 	}
 	var position *int
-	if err := row.Scan(&r.RunID, &r.owner, &r.State, &r.Reason, &r.Priority, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
+	if err := row.Scan(&r.RunID, &r.key, &r.owner, &r.State, &r.Reason, &r.Priority, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
 		&r.StartedAt, &r.FinishedAt, &r.CancelRequestedAt, &r.CancelReason, &r.TimeoutSeconds,
 		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &roles, &r.Steps, &position); err != nil {
 		return Run{}, err
@@ -78,10 +144,12 @@ type ListRunsParams struct {
 	After    *Cursor
 }
 
-// Cursor is the keyset position of the last run of a page.
+// Cursor is the keyset position of the last run of a page: when it was created, its name, and
+// — for an admin's pages, which span owners — its key ("" on a client's: its names are unique).
 type Cursor struct {
 	CreatedAtMicros int64
-	RunID           string
+	Name            string
+	Key             string
 }
 
 // listRunsByFilter keeps the list statement of each filter, written on first use.
@@ -103,7 +171,7 @@ func listFilter(p ListRunsParams) (string, named) {
 	}
 	if p.After != nil {
 		where = append(where, "{{listed_after r}}")
-		args["after_us"], args["after_id"] = p.After.CreatedAtMicros, p.After.RunID
+		args["after_us"], args["after_name"], args["after_key"] = p.After.CreatedAtMicros, p.After.Name, p.After.Key
 	}
 	if len(where) == 0 {
 		return "true", args
@@ -131,7 +199,7 @@ func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor,
 		if err != nil {
 			return nil, nil, list.fail(err)
 		}
-		runs = append(runs, r)
+		runs = append(runs, r.ShownTo(p.Viewer))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, list.fail(err)
@@ -140,7 +208,10 @@ func (s *Store) ListRuns(ctx context.Context, p ListRunsParams) ([]Run, *Cursor,
 	if len(runs) > p.Limit {
 		runs = runs[:p.Limit]
 		last := runs[len(runs)-1]
-		next = &Cursor{CreatedAtMicros: last.CreatedAt.UnixMicro(), RunID: last.RunID}
+		next = &Cursor{CreatedAtMicros: last.CreatedAt.UnixMicro(), Name: last.RunID}
+		if p.Viewer.Admin {
+			next.Key = last.key
+		}
 	}
 	return runs, next, nil
 }

@@ -19,10 +19,10 @@ const fixture = `
 INSERT INTO nodes (node_id, labels, boot_id, advert_expires_at) VALUES
     ('n1', '{board=rpi4}', 'b1', now() + interval '1 minute'),
     ('n2', '{board=rpi4}', 'b1', now() + interval '1 minute');
-INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, started_at) VALUES
-    ('r1', 'client:t', 'RUNNING', '\x00', '[["board=rpi4"]]', 1, 1, now());
-INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts) VALUES
-    ('q1', 'client:t', 'QUEUED', '\x00', '[["board=rpi4"]]', 1, 1);
+INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts, started_at) VALUES
+    ('r1', 'r1', 'client:t', 'RUNNING', '\x00', '[["board=rpi4"]]', 1, 1, now());
+INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts) VALUES
+    ('q1', 'q1', 'client:t', 'QUEUED', '\x00', '[["board=rpi4"]]', 1, 1);
 INSERT INTO run_roles (run_id, role, ordinal, needs, node_id) VALUES
     ('r1', 'main', 0, '{board=rpi4}', 'n1'), ('q1', 'main', 0, '{board=rpi4}', '');
 INSERT INTO steps (run_id, step_id, role, ordinal) VALUES ('r1', 's1', 'main', 0), ('q1', 's1', 'main', 0);
@@ -65,8 +65,10 @@ func TestConstraintsHaveNames(t *testing.T) {
 		// I3: a QUEUED run holds nothing — refused at COMMIT.
 		{"I3 queued run names a node", `UPDATE run_roles SET node_id = 'n2' WHERE run_id = 'q1'`, "runs_queued_holds_nothing", store.ErrInvariant},
 		// I4: identifiers are unique.
-		{"I4 run_id twice", `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts)
-			VALUES ('q1', 'client:t', 'QUEUED', '\x00', '[]', 1, 1)`, "runs_pkey", store.ErrInvariant},
+		{"I4 a key twice", `INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts)
+			VALUES ('q1', 'other', 'client:u', 'QUEUED', '\x00', '[]', 1, 1)`, "runs_pkey", store.ErrInvariant},
+		{"I4 an owner's run_id twice", `INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts)
+			VALUES ('q1.other', 'q1', 'client:t', 'QUEUED', '\x00', '[]', 1, 1)`, "runs_owner_name_key", store.ErrInvariant},
 		{"I4 step id twice", `INSERT INTO steps (run_id, step_id, role, ordinal) VALUES ('q1', 's1', 'main', 1)`, "steps_pkey", store.ErrInvariant},
 		{"I4 role twice", `INSERT INTO run_roles (run_id, role, ordinal, needs) VALUES ('q1', 'main', 1, '{}')`, "run_roles_pkey", store.ErrInvariant},
 		// I5: finished_at exactly when terminal.
@@ -85,8 +87,8 @@ func TestConstraintsHaveNames(t *testing.T) {
 			VALUES ('r1', 1, 'promoted', 'QUEUED', 'RUNNING')`, "run_events_running_once_per_attempt", store.ErrInvariant},
 		{"history rewritten", `UPDATE run_events SET kind = 'x'`, "run_events_append_only", store.ErrInvariant},
 		{"history deleted", `DELETE FROM run_events`, "run_events_append_only", store.ErrInvariant},
-		{"run_id pattern", `INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts)
-			VALUES ('bad id', 'client:t', 'QUEUED', '\x00', '[]', 1, 1)`, "mediator_id_format", store.ErrInvariant},
+		{"run_id pattern", `INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts)
+			VALUES ('bad id', 'bad id', 'client:t', 'QUEUED', '\x00', '[]', 1, 1)`, "mediator_id_format", store.ErrInvariant},
 		{"attempt past max", `UPDATE runs SET attempt = 2 WHERE run_id = 'q1'`, "runs_attempt_within_max", store.ErrInvariant},
 		{"unknown state", `UPDATE runs SET state = 'READY' WHERE run_id = 'q1'`, "runs_state_valid", store.ErrInvariant},
 		{"reason on a live run", `UPDATE runs SET reason = 'timeout' WHERE run_id = 'q1'`, "runs_reason_iff_failed_or_cancelled", store.ErrInvariant},

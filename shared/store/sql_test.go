@@ -78,7 +78,7 @@ SELECT 1 FROM runs x WHERE (x.created_at, x.run_id) < (@head_created_at, @head_r
 // everyListFilter is every set of conditions a page of GET /v1/runs may have, each named by
 // the conditions it has ("owner+state", "unfiltered" for an admin's page of every run).
 func everyListFilter() map[string]ListRunsParams {
-	seven, cursor := 7, &Cursor{CreatedAtMicros: 1, RunID: "r"}
+	seven, cursor := 7, &Cursor{CreatedAtMicros: 1, Name: "r"}
 	out := map[string]ListRunsParams{}
 	for mask := range 16 {
 		p := ListRunsParams{Viewer: Viewer{Admin: mask&1 == 0, Owner: "client:a"}, Limit: 10}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"mediator/shared/match"
 	"mediator/shared/plan"
+	"mediator/shared/problem"
 	"mediator/shared/wire"
 )
 
@@ -250,9 +252,28 @@ func (s *Store) Submit(ctx context.Context, run wire.NewRun) (SubmitResult, erro
 	return s.submit(ctx, run, nil)
 }
 
+// keyTries bounds the submits of one run whose key another run took between the insert's read
+// of the keys and its write (keyTaken): the next try sees that run, and takes a key of its own.
+const keyTries = 3
+
 // submit is Submit; afterRead, when not nil, runs between the read and the insert (a test's
 // way into the window between them).
 func (s *Store) submit(ctx context.Context, run wire.NewRun, afterRead func()) (SubmitResult, error) {
+	var err error
+	for range keyTries {
+		var res SubmitResult
+		if res, err = s.submitOnce(ctx, run, afterRead); !errors.Is(err, errKeyTaken) {
+			return res, err
+		}
+	}
+	return SubmitResult{}, err
+}
+
+// errKeyTaken: the insert stored nothing, and the owner has no run of the name: another run
+// took the key the insert chose (see submit_insert's key).
+var errKeyTaken = &Error{problem.Unavailable, "the run's key was taken meanwhile"}
+
+func (s *Store) submitOnce(ctx context.Context, run wire.NewRun, afterRead func()) (SubmitResult, error) {
 	if s.set.LeaseTTL <= 0 {
 		return SubmitResult{}, ErrLeaseTTL
 	}
@@ -316,7 +337,7 @@ func (s *Store) submit(ctx context.Context, run wire.NewRun, afterRead func()) (
 		out.Outcome, out.Unmet = Unservable, res.Unmet
 	case wire.Queued:
 		out.Outcome = Waiting
-		out.Wake = WakeParams{Read: got.read, Submitted: &plan.Head{RunID: run.RunID, Shape: Shape(run.Roles),
+		out.Wake = WakeParams{Read: got.read, Submitted: &plan.Head{RunID: stored.key, Shape: Shape(run.Roles),
 			CreatedAt: stored.createdAt, QueueRank: wire.MaxPriority - run.Priority, Roles: matchRoles(run.Roles)}}
 	default:
 		out.Outcome = Placed
@@ -327,6 +348,7 @@ func (s *Store) submit(ctx context.Context, run wire.NewRun, afterRead func()) (
 // storedRun is what the insert wrote: with the request, the whole run as GET would show it,
 // without reading it back.
 type storedRun struct {
+	key       string
 	state     string
 	reason    string
 	createdAt time.Time
@@ -340,7 +362,7 @@ func (st storedRun) view(run wire.NewRun) Run {
 		RunID: run.RunID, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
 		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
 		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
-		Roles: map[string]Role{}, owner: run.Owner,
+		Roles: map[string]Role{}, owner: run.Owner, key: st.key,
 	}
 	if st.reason != "" {
 		r.Reason = &st.reason
@@ -433,7 +455,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 	*stored = storedRun{reason: reason}
 	submitInsertStmt.queue(b, func(row pgx.Row) error {
 		var roles, nodes []string
-		err := row.Scan(&stored.state, &stored.createdAt, &stored.position, &roles, &nodes)
+		err := row.Scan(&stored.state, &stored.createdAt, &stored.position, &roles, &nodes, &stored.key)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run_id exists: stored.state stays ""
 		}
@@ -448,7 +470,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 		return err
 	}, named{
 		"assign_roles": aRoles, "nodes": aNodes, "state": state, "width": len(run.Roles), "behind_queue": pl.behindQueue,
-		"run_id": run.RunID, "owner": run.Owner, "reason": nullIfEmpty(reason), "priority": run.Priority, "request_hash": run.RequestHash,
+		"run_id": run.RunID, "taken_key": takenKey(run.RunID), "owner": run.Owner, "reason": nullIfEmpty(reason), "priority": run.Priority, "request_hash": run.RequestHash,
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
 		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),
@@ -457,20 +479,40 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 	return nil
 }
 
-// resubmitted answers a run_id that already exists: the same request from the same owner is
-// the run as it stands now; anything else is a conflict, and says nothing about the run.
+// resubmitted answers a run_id its owner used before: the same request is the run as it stands
+// now; anything else is a conflict. Another owner's run of the same name is no concern of this
+// one's: it is never compared, never answered.
 func (s *Store) resubmitted(ctx context.Context, run wire.NewRun) (SubmitResult, error) {
-	var owner string
+	var key string
 	var hash []byte
-	if err := runFingerprintStmt.queryRow(ctx, s.pool, run.RunID).Scan(&owner, &hash); err != nil {
+	err := runFingerprintStmt.queryRow(ctx, s.pool, run.Owner, run.RunID).Scan(&key, &hash)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return SubmitResult{}, errKeyTaken
+	case err != nil:
 		return SubmitResult{}, err
-	}
-	if owner != run.Owner || !bytes.Equal(hash, run.RequestHash) {
+	case !bytes.Equal(hash, run.RequestHash):
 		return SubmitResult{}, ErrRunIDConflict
 	}
-	stored, err := s.GetRun(ctx, run.RunID, Viewer{Admin: true})
+	stored, err := getRun(ctx, s.pool, key)
 	return SubmitResult{Outcome: Existing, Run: stored}, err
 }
+
+// takenKey is the key a run takes when its name is some run's key already: the name, cut to
+// leave room, and a suffix of its own (wire.IDPattern, 128 characters at most).
+func takenKey(name string) string {
+	const suffix = 9 // "." and 8 characters
+	if len(name) > 128-suffix {
+		name = name[:128-suffix]
+	}
+	var b [8]byte
+	for i := range b {
+		b[i] = keyAlphabet[rand.IntN(len(keyAlphabet))]
+	}
+	return name + "." + string(b[:])
+}
+
+const keyAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 func matchRoles(roles []wire.NewRole) []match.Role {
 	out := make([]match.Role, len(roles))

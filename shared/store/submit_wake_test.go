@@ -98,7 +98,7 @@ func TestAQueuedRunItsOwnWakePromotesIsAnsweredAsPlaced(t *testing.T) {
 		t.Fatalf("the submit's wake did not place mine: %+v", woke)
 	}
 	answered := res.Promoted(p)
-	stored, err := env.Store.GetRun(ctx, "mine", store.Viewer{Admin: true})
+	stored, err := env.Store.GetRun(ctx, store.RunRef{Name: "mine", Viewer: store.Viewer{Owner: "client:t"}})
 	if err != nil {
 		t.Fatal(err)
 	}

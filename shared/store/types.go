@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Run is a run as clients see it.
+// Run is a run as clients see it. RunID is the id its owner chose (the run's name): unique
+// among that owner's runs, not across owners.
 type Run struct {
 	RunID               string            `json:"run_id"`
 	State               string            `json:"state"`
@@ -27,9 +28,25 @@ type Run struct {
 	Metadata            json.RawMessage   `json:"metadata"`
 	// QueuePosition is how many runs are ahead of a QUEUED run.
 	QueuePosition *int `json:"queue_position,omitempty"`
+	// Owner and Key are shown to admins only (ShownTo): a client's runs are its own, and a
+	// run's key may say that another owner's run has the same name.
+	Owner string `json:"owner,omitempty"`
+	Key   string `json:"key,omitempty"`
 
 	owner string
+	key   string // unique across owners: what nodes, events and logs name the run by
 }
+
+// ShownTo is the run as v sees it: with its owner and key for an admin.
+func (r Run) ShownTo(v Viewer) Run {
+	if v.Admin {
+		r.Owner, r.Key = r.owner, r.key
+	}
+	return r
+}
+
+// StoreKey is the run's key, unique across owners.
+func (r Run) StoreKey() string { return r.key }
 
 // Role is one named slot of a run.
 type Role struct {

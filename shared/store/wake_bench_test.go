@@ -16,8 +16,8 @@ import (
 func seedQueue(b *testing.B, env *apitest.Env, depth int) {
 	b.Helper()
 	env.Exec(`
-		INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts, created_at)
-		SELECT 'q-' || lpad(i::text, 6, '0'), 'client:b', 'QUEUED', '\x00', '[["board"]]', 1, 1000000,
+		INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts, created_at)
+		SELECT 'q-' || lpad(i::text, 6, '0'), 'q-' || lpad(i::text, 6, '0'), 'client:b', 'QUEUED', '\x00', '[["board"]]', 1, 1000000,
 		       now() - interval '1 hour' + i * interval '1 millisecond'
 		FROM generate_series(1, $1) i`, depth)
 	env.Exec(`INSERT INTO run_roles (run_id, role, ordinal, needs) SELECT run_id, 'main', 0, '{board}' FROM runs`)

@@ -43,7 +43,7 @@ func TestWakePromotesAMatchingRun(t *testing.T) {
 	if res := env.Wake(); res.Promoted != 1 {
 		t.Fatalf("wake: %+v", res)
 	}
-	run, err := env.Store.GetRun(context.Background(), "r1", store.Viewer{Admin: true})
+	run, err := env.Store.GetRun(context.Background(), store.RunRef{Name: "r1", Viewer: store.Viewer{Admin: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,8 +325,8 @@ func TestWakePlacesAQueueLongerThanItsView(t *testing.T) {
 func TestWakeStartLooksHeadsUp(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
-	env.Exec(`INSERT INTO runs (run_id, owner, state, request_hash, shape, width, max_attempts)
-		SELECT 'q-' || i, 'client:c', 'QUEUED', '\x00', '[["board"]]', 1, 1 FROM generate_series(1, 10000) i;
+	env.Exec(`INSERT INTO runs (run_id, name, owner, state, request_hash, shape, width, max_attempts)
+		SELECT 'q-' || i, 'q-' || i, 'client:c', 'QUEUED', '\x00', '[["board"]]', 1, 1 FROM generate_series(1, 10000) i;
 		INSERT INTO run_roles (run_id, role, ordinal, needs) SELECT 'q-' || i, 'main', 0, '{board}' FROM generate_series(1, 10000) i;
 		ANALYZE runs; ANALYZE run_roles`)
 	var plan string

@@ -1,5 +1,5 @@
 -- name: queue_view
--- The queue by shape (GET /v1/queue): how many wait, the oldest and its owner, how long it has
+-- The queue by shape (GET /v1/queue): how many wait, the oldest (its name) and its owner, how long it has
 -- waited, and how many wait at each priority. The counts come from queue_counts' minute rows
 -- (migration 0010), and the oldest run of each shape and priority from one index probe each:
 -- the view costs what the buckets and the kinds of queued run cost, not the depth.
@@ -9,11 +9,11 @@ WITH counts AS (
     GROUP BY c.shape, c.queue_rank HAVING sum(c.delta) > 0
 ), heads AS (
     SELECT c.shape, c.n, o.* FROM counts c CROSS JOIN LATERAL (
-        SELECT q.run_id, q.owner, q.priority, q.created_at FROM runs q
+        SELECT q.run_id, q.name, q.owner, q.priority, q.created_at FROM runs q
         WHERE q.state = {{QUEUED}} AND q.shape = c.shape AND q.queue_rank = c.queue_rank
         ORDER BY {{queue_order q}} LIMIT 1) o
 )
-SELECT h.shape, sum(h.n)::bigint, (array_agg(h.run_id ORDER BY {{arrival h}}))[1],
+SELECT h.shape, sum(h.n)::bigint, (array_agg(h.name ORDER BY {{arrival h}}))[1],
        extract(epoch FROM now() - min(h.created_at))::float8,
        (array_agg(h.owner ORDER BY {{arrival h}}))[1],
        json_agg(json_build_object('priority', h.priority, 'queued', h.n) ORDER BY h.priority DESC)

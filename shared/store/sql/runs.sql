@@ -16,8 +16,8 @@ END
 
 -- fragment: run_fields(r)
 -- A whole run as clients see it, roles and steps included (scanRun reads them), but for its
--- queue position.
-r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
+-- queue position: its name (the run_id its owner chose), its key, its owner first.
+r.name, r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
 r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
 r.wait_for_capacity, r.metadata,
 (SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
@@ -28,8 +28,9 @@ r.wait_for_capacity, r.metadata,
    FROM steps s WHERE s.run_id = r.run_id) AS steps
 
 -- fragment: newest_first(r)
--- The order runs are listed in (GET /v1/runs).
-r.created_at DESC, r.run_id DESC
+-- The order runs are listed in (GET /v1/runs): newest first, then by name, then by key, which
+-- only tells apart runs of different owners created in one microsecond.
+r.created_at DESC, r.name DESC, r.run_id DESC
 
 -- The conditions a page of GET /v1/runs may have on its runs r, one per parameter given
 -- (listFilter, runs.go, writes them into list_runs' filter).
@@ -45,8 +46,10 @@ r.state = @state
 r.priority = @priority::smallint
 
 -- fragment: listed_after(r)
--- r comes after the cursor (@after_us, @after_id: the last run of the page before) in that order.
-(r.created_at, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_id::text)
+-- r comes after the cursor (@after_us, @after_name, @after_key: the last run of the page before)
+-- in that order. A client's cursor has no key (''): its own runs' names are unique, and with ''
+-- the run the cursor names is not after itself.
+(r.created_at, r.name, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_name::text, @after_key::text)
 
 -- name: list_runs(filter)
 -- A page of runs, newest first, with the queue positions of its QUEUED runs found once for
@@ -80,8 +83,30 @@ FROM page p LEFT JOIN ranked k ON k.run_id = p.run_id
 ORDER BY {{newest_first p}}
 
 -- name: get_run
+-- A run by its key.
 /* runs: get */
 SELECT {{run_fields r}}, {{queue_position r}} FROM runs r WHERE r.run_id = $1
+
+-- name: get_run_of_owner
+-- A run by its owner ($1) and the name its owner chose ($2).
+/* runs: get of owner */
+SELECT {{run_fields r}}, {{queue_position r}} FROM runs r WHERE r.owner = $1 AND r.name = $2
+
+-- name: run_key_of_owner
+-- The key of the run its owner ($1) named $2.
+/* runs: key of owner */
+SELECT run_id FROM runs WHERE owner = $1 AND name = $2
+
+-- name: resolve_run
+-- The runs an admin's id may mean: those of that name (of @owner only, when given), or, when no
+-- run has the name and no owner is given, the run with that key. At most a few: past one, the
+-- admin must say whose.
+/* runs: resolve */
+SELECT run_id, owner FROM runs WHERE name = @name::text AND (@owner::text = '' OR owner = @owner::text)
+UNION ALL
+SELECT run_id, owner FROM runs WHERE run_id = @name::text AND @owner::text = ''
+    AND NOT EXISTS (SELECT 1 FROM runs WHERE name = @name::text)
+LIMIT 10
 
 -- name: run_history
 /* runs: history */
@@ -89,9 +114,10 @@ SELECT at, attempt, kind, from_state, to_state, reason, node_id
 FROM run_events WHERE run_id = $1 ORDER BY event_id
 
 -- name: run_fingerprint
--- Whose a run is and what was asked: a resubmission is the same run only when both match.
+-- What the owner ($1) asked for under a name ($2): a resubmission is the same run only when it
+-- asks the same.
 /* submit: resubmitted */
-SELECT owner, request_hash FROM runs WHERE run_id = $1
+SELECT run_id, request_hash FROM runs WHERE owner = $1 AND name = $2
 
 -- name: submit_insert
 -- A submission in one statement — so one transaction — with its state already decided. The
@@ -111,7 +137,13 @@ SELECT owner, request_hash FROM runs WHERE run_id = $1
 -- second unique index on run_id, and with ON CONFLICT (run_id) a concurrent twin would still
 -- raise its violation.
 /* submit: insert */
-WITH {{keyed_nodes}}, avail AS (
+WITH key AS (
+    -- The run's key: its name, unless a run has that key already (another owner's run of the
+    -- same name, or an older one of its own name: then the unique name wins below), then
+    -- @taken_key, the name with a suffix of its own.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = @run_id::text) THEN @taken_key::text
+                ELSE @run_id::text END AS key
+), {{keyed_nodes}}, avail AS (
     SELECT a.role, n.node_id, n.boot_id
     FROM unnest(@assign_roles::text[], @nodes::text[]) WITH ORDINALITY AS a(role, node_id, ord)
     {{free_nodes_among a}}
@@ -120,13 +152,13 @@ WITH {{keyed_nodes}}, avail AS (
 ), decided AS (
     SELECT CASE WHEN @state::text = {{RUNNING}} AND ((SELECT count(*) FROM avail) <> @width::int
                      OR (NOT @behind_queue::bool AND EXISTS (
-                         SELECT 1 FROM runs q WHERE q.state = {{QUEUED}} AND ({{arrival q}}) < (now(), @run_id::text)))) THEN {{QUEUED}}
+                         SELECT 1 FROM runs q WHERE q.state = {{QUEUED}} AND ({{arrival q}}) < (now(), (SELECT key FROM key))))) THEN {{QUEUED}}
                 ELSE @state::text END AS state
 ), run AS (
-    INSERT INTO runs (run_id, owner, state, reason, priority, request_hash, shape, width, max_attempts,
+    INSERT INTO runs (run_id, name, owner, state, reason, priority, request_hash, shape, width, max_attempts,
         timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata,
         started_at, finished_at, deadline_at)
-    SELECT @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END,
+    SELECT (SELECT key FROM key), @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END,
         @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
         CASE WHEN d.state = {{RUNNING}} THEN now() END,
@@ -158,7 +190,7 @@ WITH {{keyed_nodes}}, avail AS (
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = {{FAILED}} THEN @reason::text END FROM run
 )
 SELECT r.state, r.created_at, {{queue_position r}},
-       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail)
+       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id
 FROM run r
 
 -- name: set_priority

@@ -1,6 +1,6 @@
 /* runs: list */
 WITH page AS MATERIALIZED (
-    SELECT r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
+    SELECT r.name, r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
 r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
 r.wait_for_capacity, r.metadata,
 (SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
@@ -8,8 +8,8 @@ r.wait_for_capacity, r.metadata,
 (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,
         'retries', s.retries, 'tries', s.tries, 'exit_code', s.exit_code, 'message', s.message,
         'started_at', s.started_at, 'finished_at', s.finished_at, 'outputs', s.outputs) ORDER BY s.ordinal)
-   FROM steps s WHERE s.run_id = r.run_id) AS steps FROM runs r WHERE r.state = @state AND (r.created_at, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_id::text)
-    ORDER BY r.created_at DESC, r.run_id DESC LIMIT @limit
+   FROM steps s WHERE s.run_id = r.run_id) AS steps FROM runs r WHERE r.state = @state AND (r.created_at, r.name, r.run_id) < (timestamptz 'epoch' + @after_us::bigint * interval '1 microsecond', @after_name::text, @after_key::text)
+    ORDER BY r.created_at DESC, r.name DESC, r.run_id DESC LIMIT @limit
 ), queued AS (
     SELECT q.* FROM runs q WHERE q.run_id IN (SELECT run_id FROM page WHERE state = 'QUEUED')
 ), lo AS (
@@ -32,4 +32,4 @@ END AS n FROM lo
 )
 SELECT p.*, CASE WHEN p.state = 'QUEUED' THEN (SELECT n FROM ahead) + k.rank END
 FROM page p LEFT JOIN ranked k ON k.run_id = p.run_id
-ORDER BY p.created_at DESC, p.run_id DESC
+ORDER BY p.created_at DESC, p.name DESC, p.run_id DESC

@@ -1,2 +1,2 @@
 /* submit: resubmitted */
-SELECT owner, request_hash FROM runs WHERE run_id = $1
+SELECT run_id, request_hash FROM runs WHERE owner = $1 AND name = $2

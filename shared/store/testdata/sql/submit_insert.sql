@@ -1,5 +1,8 @@
 /* submit: insert */
-WITH keyed AS (
+WITH key AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = @run_id::text) THEN @taken_key::text
+                ELSE @run_id::text END AS key
+), keyed AS (
     SELECT n.node_id, n.boot_id FROM nodes n
     WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL)
     FOR KEY SHARE OF n SKIP LOCKED
@@ -14,13 +17,13 @@ WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
 ), decided AS (
     SELECT CASE WHEN @state::text = 'RUNNING' AND ((SELECT count(*) FROM avail) <> @width::int
                      OR (NOT @behind_queue::bool AND EXISTS (
-                         SELECT 1 FROM runs q WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (now(), @run_id::text)))) THEN 'QUEUED'
+                         SELECT 1 FROM runs q WHERE q.state = 'QUEUED' AND (q.created_at, q.run_id) < (now(), (SELECT key FROM key))))) THEN 'QUEUED'
                 ELSE @state::text END AS state
 ), run AS (
-    INSERT INTO runs (run_id, owner, state, reason, priority, request_hash, shape, width, max_attempts,
+    INSERT INTO runs (run_id, name, owner, state, reason, priority, request_hash, shape, width, max_attempts,
         timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata,
         started_at, finished_at, deadline_at)
-    SELECT @run_id::text, @owner::text, d.state, CASE WHEN d.state = 'FAILED' THEN @reason::text END,
+    SELECT (SELECT key FROM key), @run_id::text, @owner::text, d.state, CASE WHEN d.state = 'FAILED' THEN @reason::text END,
         @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
         CASE WHEN d.state = 'RUNNING' THEN now() END,
@@ -59,5 +62,5 @@ SELECT r.state, r.created_at, CASE WHEN r.state = 'QUEUED' THEN
   + (SELECT count(*) FROM runs q WHERE q.state = 'QUEUED' AND q.queue_rank = r.queue_rank
         AND q.created_at >= to_timestamp(queue_bucket(r.created_at, 1)) AND (q.queue_rank, q.created_at, q.run_id) < (r.queue_rank, r.created_at, r.run_id))
 END,
-       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail)
+       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id
 FROM run r
