@@ -25,11 +25,11 @@ func (e *Error) Error() string { return "store: " + e.msg }
 
 // The store's errors.
 var (
-	ErrNotFound        = &Error{problem.NotFound, "not found"}
-	ErrRunIDConflict   = &Error{problem.RunIDConflict, "run_id already used by a different request"}
+	ErrNotFound      = &Error{problem.NotFound, "not found"}
+	ErrRunIDConflict = &Error{problem.RunIDConflict, "run_id already used by a different request"}
 	// ErrRunIDAmbiguous: an admin's run_id names runs of several owners (RunIDAmbiguousError
 	// says whose).
-	ErrRunIDAmbiguous = &Error{problem.RunIDAmbiguous, "the run_id names runs of several owners"}
+	ErrRunIDAmbiguous  = &Error{problem.RunIDAmbiguous, "the run_id names runs of several owners"}
 	ErrStaleAssignment = &Error{problem.StaleAssignment, "the step is not assigned to this node under this lease"}
 	ErrNotRunnable     = &Error{problem.NotRunnable, "the step is not runnable yet"}
 	ErrResultConflict  = &Error{problem.ResultConflict, "the step already has a different final result"}
