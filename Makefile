@@ -14,7 +14,9 @@ FUNCTIONS := submit query nodes result cancel reap migrate
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
 
-dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:3000 (or $PORT), the reaper ticking
+# AUTH=jwt (make dev AUTH=jwt) reaches mediatorlocal as an environment variable, as a make
+# variable given on the command line does; DEV_TOKEN_SECONDS and ISSUER_PORT likewise.
+dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:3000 (or $PORT), the reaper ticking; AUTH=jwt: a local OAuth 2.0 issuer, JWTs on the people's routes
 	$(LOCAL) serve
 
 # then_stop runs $(1), then stops the throwaway cluster $(2) whatever $(1) did, and exits

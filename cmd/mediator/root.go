@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/oauth2/clientcredentials"
 
 	"mediator/shared/client"
 )
@@ -61,8 +65,18 @@ func terminal(f *os.File) bool {
 type app struct {
 	environment
 	url, token, auth, region, output string
+	oauth                            oauthFlags
 	timeout                          time.Duration
 	api                              *client.Client
+}
+
+// oauthFlags are the client credentials of the OAuth 2.0 client-credentials grant: with a token
+// URL, access tokens are fetched there, renewed before they expire, and once more when the API
+// answers 401.
+type oauthFlags struct {
+	tokenURL, clientID, secretFile string
+	secret                         string // MEDIATOR_CLIENT_SECRET: never a flag, which ps would show
+	scopes                         []string
 }
 
 // commands are the subcommands, each built on the app's global flags and client.
@@ -83,10 +97,18 @@ takes) and follows them to their end, lists and inspects runs, cancels them, and
 queue, the fleet and the leases. mediator agent makes this machine a node that runs steps.
 
 The API is --url (or MEDIATOR_URL; ` + defaultURL + `, what make dev serves). Credentials
-are a bearer token (--token or MEDIATOR_TOKEN; make dev takes dev-client, dev-admin, ...) or,
-with --auth iam, AWS SigV4 from the default AWS credential chain, for API Gateway's IAM
-authorizer. Every call is retried with backoff while the API answers 503 or cannot be
-reached, for up to --timeout.
+are one of:
+  a bearer token      --token or MEDIATOR_TOKEN (make dev takes dev-client, dev-admin, ...)
+  client credentials  --token-url, --client-id, the secret in --client-secret-file or
+                      MEDIATOR_CLIENT_SECRET, optional --scope (OAuth 2.0, for API Gateway's
+                      JWT authorizer; make dev AUTH=jwt prints its clients): access tokens are
+                      fetched, renewed before they expire, and once more after a 401
+  AWS SigV4           --auth iam, from the default AWS credential chain, for API Gateway's IAM
+                      authorizer
+Each flag has its variable: MEDIATOR_TOKEN_URL, MEDIATOR_CLIENT_ID,
+MEDIATOR_CLIENT_SECRET_FILE, MEDIATOR_SCOPE (space-separated); a flag beats its variable.
+Every call is retried with backoff while the API answers 503 or cannot be reached, for up to
+--timeout.
 
 ` + exitCodesHelp,
 		SilenceUsage:      true,
@@ -101,7 +123,11 @@ reached, for up to --timeout.
 	f := root.PersistentFlags()
 	f.StringVar(&a.url, "url", "", "the API's URL (env MEDIATOR_URL; default "+defaultURL+")")
 	f.StringVar(&a.token, "token", "", "a bearer token (env MEDIATOR_TOKEN)")
-	f.StringVar(&a.auth, "auth", "", "how to authenticate: token, or iam for AWS SigV4 (env MEDIATOR_AUTH; default token)")
+	f.StringVar(&a.oauth.tokenURL, "token-url", "", "an OAuth 2.0 token endpoint: fetch access tokens there by the client-credentials grant (env MEDIATOR_TOKEN_URL)")
+	f.StringVar(&a.oauth.clientID, "client-id", "", "with --token-url: the client's id (env MEDIATOR_CLIENT_ID)")
+	f.StringVar(&a.oauth.secretFile, "client-secret-file", "", "with --token-url: a file holding the client's secret (env MEDIATOR_CLIENT_SECRET_FILE, or the secret itself in MEDIATOR_CLIENT_SECRET)")
+	f.StringArrayVar(&a.oauth.scopes, "scope", nil, "with --token-url: a scope to ask for, repeatable or space-separated (env MEDIATOR_SCOPE; default: what the issuer gives the client)")
+	f.StringVar(&a.auth, "auth", "", "how to authenticate: token (--token, or --token-url's), or iam for AWS SigV4 (env MEDIATOR_AUTH; default token)")
 	f.StringVar(&a.region, "region", "", "with --auth iam: the region to sign for (default: from the API's host name, else AWS_REGION)")
 	f.StringVarP(&a.output, "output", "o", "table", "table or json (json prints the API's answers as received)")
 	f.DurationVar(&a.timeout, "timeout", client.DefaultRetry.Budget, "how long one API call may take, its retries included")
@@ -126,8 +152,10 @@ func (a *app) settle(cmd *cobra.Command) error {
 		}
 	}
 	fromEnv(&a.url, "url", "MEDIATOR_URL", defaultURL)
-	fromEnv(&a.token, "token", "MEDIATOR_TOKEN", "")
 	fromEnv(&a.auth, "auth", "MEDIATOR_AUTH", "token")
+	if err := a.settleCredentials(flags); err != nil {
+		return err
+	}
 	switch a.output {
 	case "table", "json":
 	default:
@@ -140,6 +168,93 @@ func (a *app) settle(cmd *cobra.Command) error {
 	}
 	if a.timeout <= 0 {
 		return usagef("--timeout must be positive")
+	}
+	return nil
+}
+
+// settleCredentials reads the bearer token or the client credentials, each flag or its
+// variable, and refuses what names two kinds of credentials or half of one. A flag beats the
+// other kind's variable — `--token dev-admin` with MEDIATOR_TOKEN_URL exported uses the token
+// — but the two variables together, or the two flags, say two things and stop.
+func (a *app) settleCredentials(flags *pflag.FlagSet) error {
+	env := func(value *string, flag, name string) {
+		if !flags.Changed(flag) {
+			*value = a.getenv(name)
+		}
+	}
+	o := &a.oauth
+	switch tokenFlag, urlFlag := flags.Changed("token"), flags.Changed("token-url"); {
+	case tokenFlag && urlFlag:
+		return usagef("--token and --token-url are two kinds of credentials: give one")
+	case tokenFlag, urlFlag: // the other kind's variable is not read
+	default:
+		a.token, o.tokenURL = a.getenv("MEDIATOR_TOKEN"), a.getenv("MEDIATOR_TOKEN_URL")
+		if a.token != "" && o.tokenURL != "" {
+			return usagef("MEDIATOR_TOKEN and MEDIATOR_TOKEN_URL are both set: unset one, or give --token or --token-url")
+		}
+	}
+	if a.auth == "iam" && o.tokenURL != "" {
+		return usagef("--auth iam signs with AWS credentials: it takes no --token-url (or MEDIATOR_TOKEN_URL)")
+	}
+	env(&o.clientID, "client-id", "MEDIATOR_CLIENT_ID")
+	env(&o.secretFile, "client-secret-file", "MEDIATOR_CLIENT_SECRET_FILE")
+	if !flags.Changed("scope") {
+		o.scopes = strings.Fields(a.getenv("MEDIATOR_SCOPE"))
+	} else {
+		var split []string
+		for _, s := range o.scopes {
+			split = append(split, strings.Fields(s)...)
+		}
+		o.scopes = split
+	}
+	if o.tokenURL == "" {
+		if flags.Changed("client-id") || flags.Changed("client-secret-file") || flags.Changed("scope") {
+			return usagef("--client-id, --client-secret-file and --scope go with --token-url (or MEDIATOR_TOKEN_URL)")
+		}
+		return nil
+	}
+	if err := tokenURLOK(o.tokenURL); err != nil {
+		return usage(err)
+	}
+	if o.clientID == "" {
+		return usagef("--token-url needs --client-id (or MEDIATOR_CLIENT_ID)")
+	}
+	// The file flag beats the secret's variable; the file's variable and the secret's together
+	// say two things.
+	envSecret := a.getenv("MEDIATOR_CLIENT_SECRET")
+	switch {
+	case o.secretFile != "" && envSecret != "" && !flags.Changed("client-secret-file"):
+		return usagef("MEDIATOR_CLIENT_SECRET_FILE and MEDIATOR_CLIENT_SECRET are both set: unset one")
+	case o.secretFile != "":
+		b, err := os.ReadFile(o.secretFile)
+		if err != nil {
+			return usagef("the client secret: %v", err)
+		}
+		// The line a file ends with (echo, an editor) is not the secret's.
+		o.secret = strings.TrimRight(string(b), "\r\n")
+		if o.secret == "" {
+			return usagef("the client secret file %s is empty", o.secretFile)
+		}
+	case envSecret != "":
+		o.secret = envSecret
+	default:
+		return usagef("--token-url needs the client's secret: --client-secret-file (or MEDIATOR_CLIENT_SECRET_FILE), or MEDIATOR_CLIENT_SECRET")
+	}
+	return nil
+}
+
+// tokenURLOK: the client's secret goes to the token endpoint in every request, so over TLS —
+// plain http only to this machine (make dev's issuer), where nothing on the way can read it.
+func tokenURLOK(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return fmt.Errorf("--token-url %q must be an https:// URL", raw)
+	}
+	if u.Scheme == "http" {
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--token-url %q must be https:// (http:// only to a loopback address): the client's secret goes with every request", raw)
+		}
 	}
 	return nil
 }
@@ -165,6 +280,10 @@ func (a *app) newClient(ctx context.Context, opts ...client.Option) (*client.Cli
 			return nil, usagef("--auth iam: %v", err)
 		}
 		opts = append(opts, client.WithAuth(signer))
+	} else if o := a.oauth; o.tokenURL != "" {
+		opts = append(opts, client.WithAuth(client.NewClientCredentials(clientcredentials.Config{
+			ClientID: o.clientID, ClientSecret: o.secret, TokenURL: o.tokenURL, Scopes: o.scopes,
+		}, nil)))
 	} else {
 		opts = append(opts, client.WithToken(a.token))
 	}
@@ -284,7 +403,7 @@ func (a *app) explain(err error) {
 	}
 	switch ae.Status {
 	case http.StatusUnauthorized:
-		fmt.Fprintln(w, "  give credentials: --token or MEDIATOR_TOKEN, or --auth iam")
+		fmt.Fprintln(w, "  give credentials: --token or MEDIATOR_TOKEN, --token-url with --client-id (client credentials), or --auth iam")
 	}
 }
 

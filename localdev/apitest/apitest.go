@@ -178,8 +178,18 @@ func (e *Env) Event(who auth.Principal, method, target string, body any) (events
 // are tested against as processes or over HTTP. front, when given, stands in the way of every
 // request, to play the network's part.
 func (e *Env) Serve(front ...func(http.Handler) http.Handler) string {
+	return e.serve(nil, front)
+}
+
+// ServeJWT is Serve with the people's routes behind a JWT authorizer, as `make dev AUTH=jwt`
+// serves them: the nodes' routes keep the development tokens.
+func (e *Env) ServeJWT(jwt *gateway.JWTAuthorizer, front ...func(http.Handler) http.Handler) string {
+	return e.serve(jwt, front)
+}
+
+func (e *Env) serve(jwt *gateway.JWTAuthorizer, front []func(http.Handler) http.Handler) string {
 	var h http.Handler = &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: e.Functions, Tokens: gateway.DevTokens(),
+		Routes: httpapi.Routes, Functions: e.Functions, Tokens: gateway.DevTokens(), JWT: jwt,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for _, f := range front {

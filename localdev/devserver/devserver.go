@@ -110,10 +110,11 @@ func LoadConfig(dbURL string) (config.Config, error) {
 }
 
 // Serve puts every function behind the local gateway on 127.0.0.1:port (0 for a free port)
-// and returns once it accepts connections.
-func (s *Stack) Serve(port int, tokens *gateway.Tokens, extra map[string]http.HandlerFunc) error {
+// and returns once it accepts connections. jwt, when set, authorizes the people's routes as
+// API Gateway's JWT authorizer does; tokens authorize the rest (gateway.Gateway).
+func (s *Stack) Serve(port int, tokens *gateway.Tokens, jwt *gateway.JWTAuthorizer, extra map[string]http.HandlerFunc) error {
 	gw := &gateway.Gateway{
-		Routes: httpapi.Routes, Functions: httpapi.Functions(s.Deps()), Tokens: tokens, Log: s.Log, Extra: extra,
+		Routes: httpapi.Routes, Functions: httpapi.Functions(s.Deps()), Tokens: tokens, JWT: jwt, Log: s.Log, Extra: extra,
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {

@@ -34,8 +34,15 @@ const maxPayload = 10 << 20
 type Gateway struct {
 	Routes    []httpapi.Route
 	Functions map[string]httpapi.Handler // by function name
-	Tokens    *Tokens
-	Log       *slog.Logger
+	// Tokens authorize every route by the development bearer tokens: what the function sees
+	// is the principal the token names, and an unknown token reaches it with no principal.
+	Tokens *Tokens
+	// JWT, when set, authorizes the people's routes (httpapi.PeopleCaller) as API Gateway's JWT
+	// authorizer does in a stack with AuthorizerType=JWT, refusing what it refuses before any
+	// function runs. The nodes' routes keep Tokens, standing in for IAM, which authorizes them
+	// in every stack; the routes for anyone get no principal.
+	JWT *JWTAuthorizer
+	Log *slog.Logger
 	// Extra serves local-only routes (POST /local/reap) that never exist in AWS.
 	Extra map[string]http.HandlerFunc
 }
@@ -60,7 +67,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"message": "Request Entity Too Large"})
 		return
 	}
+	authorizer, refused := g.authorize(r.Context(), route, r.Header.Get("Authorization"))
+	if refused != nil {
+		refused.write(w)
+		return
+	}
 	event := g.Event(r, route, params, body)
+	event.RequestContext.Authorizer = authorizer
 	// API Gateway does not cancel a function when its client hangs up: neither does this.
 	resp, err := fn(context.WithoutCancel(r.Context()), event)
 	if err != nil {
@@ -79,7 +92,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// Event builds the request API Gateway would send for r.
+// Event builds the request API Gateway would send for r, without the authorizer's part.
 func (g *Gateway) Event(r *http.Request, route httpapi.Route, params map[string]string, body []byte) events.APIGatewayV2HTTPRequest {
 	headers := map[string]string{}
 	for k, vs := range r.Header {
@@ -126,12 +139,26 @@ func (g *Gateway) Event(r *http.Request, route httpapi.Route, params map[string]
 			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
 		}
 	}
-	if g.Tokens != nil {
-		if p, ok := g.Tokens.Authenticate(headers["authorization"]); ok {
-			ev.RequestContext.Authorizer = p.Authorizer()
+	return ev
+}
+
+// authorize is the authorizer of route: the context the function is given, or the answer
+// that refuses the request before it.
+func (g *Gateway) authorize(ctx context.Context, route httpapi.Route, header string) (*events.APIGatewayV2HTTPRequestContextAuthorizerDescription, *refusal) {
+	if g.JWT != nil {
+		switch route.Caller {
+		case httpapi.PeopleCaller:
+			return g.JWT.Authorize(ctx, header, auth.Scopes)
+		case httpapi.AnyoneCaller:
+			return nil, nil
 		}
 	}
-	return ev
+	if g.Tokens != nil {
+		if p, ok := g.Tokens.Authenticate(header); ok {
+			return p.Authorizer(), nil
+		}
+	}
+	return nil, nil
 }
 
 // Request builds the event API Gateway would send for method and target (path and query)

@@ -8,8 +8,10 @@
 // run_id (the same request again answers 200 with the run as it stands), a step report by its
 // lease's epoch, a heartbeat and a cancel are states rather than increments, and reads are reads.
 //
-// A request is authorized afresh on every attempt (Auth): a bearer token, or an AWS SigV4
-// signature over the exact bytes sent, for API Gateway's IAM authorizer.
+// A request is authorized afresh on every attempt (Auth): a bearer token, an access token of
+// the OAuth 2.0 client-credentials grant (renewed before it expires, and once more when the API
+// answers 401), or an AWS SigV4 signature over the exact bytes sent, for API Gateway's IAM
+// authorizer.
 package client
 
 import (
@@ -44,7 +46,8 @@ type Client struct {
 
 // Retry bounds how one call is retried. Zero fields take DefaultRetry's.
 type Retry struct {
-	// Attempts is the most times one call is sent (1: never retried).
+	// Attempts is the most times one call is sent (1: never retried), the one send again with
+	// renewed credentials after a 401 included.
 	Attempts int
 	// Budget is the most time one call may take, every attempt and wait included: no attempt
 	// runs past it, and no wait is started that would end past it.
@@ -160,6 +163,8 @@ func (c *Client) do(ctx context.Context, k call, out replied) error {
 	}
 	u := target.String()
 	var last error
+	renewer, _ := c.auth.(Renewer)
+	renewed := false
 	for attempt := 1; ; attempt++ {
 		resp, data, err := c.attempt(ctx, k, u, deadline)
 		if ctx.Err() != nil {
@@ -185,6 +190,14 @@ func (c *Client) do(ctx context.Context, k call, out replied) error {
 		default:
 			e := decodeError(k.method, k.path, resp, data)
 			e.Attempts = attempt
+			if resp.StatusCode == http.StatusUnauthorized && renewer != nil && !renewed && attempt < c.retry.Attempts {
+				// The token was refused before its expiry (revoked, or the key that signed it
+				// rotated): a fresh one may be accepted. Once per call, and at once — a 401 is
+				// not load, and waiting would not change it.
+				renewed = true
+				renewer.Renew(resp.Request)
+				continue
+			}
 			if !retryable(resp.StatusCode) {
 				return e
 			}
@@ -246,7 +259,12 @@ func (c *Client) attempt(ctx context.Context, k call, u string, deadline time.Ti
 		req.Header.Set("User-Agent", c.userAgent)
 	}
 	if err := c.auth.Authorize(actx, req, k.body); err != nil {
-		return nil, nil, &permanentError{fmt.Errorf("authorizing the request: %w", err)}
+		err = fmt.Errorf("authorizing the request: %w", err)
+		var transient *transientAuthError
+		if errors.As(err, &transient) {
+			return nil, nil, err
+		}
+		return nil, nil, &permanentError{err}
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

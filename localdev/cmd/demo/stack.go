@@ -23,5 +23,5 @@ func startStack(ctx context.Context) (*devserver.Stack, error) {
 	if err != nil {
 		return s, err
 	}
-	return s, s.Serve(0, gateway.DevTokens(), nil)
+	return s, s.Serve(0, gateway.DevTokens(), nil, nil)
 }

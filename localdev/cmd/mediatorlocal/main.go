@@ -1,6 +1,8 @@
 // Command mediatorlocal runs Mediator on one machine:
 //
-//	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking
+//	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking;
+//	                        with AUTH=jwt, a local OAuth 2.0 issuer beside it and the people's
+//	                        routes behind a JWT authorizer
 //	mediatorlocal migrate   make migrate: the migrate function's code against the local database
 //	mediatorlocal stop NAME stop the local PostgreSQL cluster NAME (dev, test, demo, bench) of this checkout
 //
@@ -11,16 +13,20 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"mediator/localdev/devserver"
 	"mediator/localdev/gateway"
+	"mediator/localdev/issuer"
 	"mediator/localdev/localpg"
 	"mediator/shared/upkeep"
 )
@@ -86,17 +92,61 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
+	port := envInt("PORT", 3000)
+	var (
+		jwt *gateway.JWTAuthorizer
+		iss *issuer.Issuer
+	)
+	switch mode := os.Getenv("AUTH"); mode {
+	case "", "tokens":
+	case "jwt":
+		lifetime := issuer.DefaultLifetime
+		if v := os.Getenv("DEV_TOKEN_SECONDS"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("DEV_TOKEN_SECONDS must be a whole number of seconds, at least 1, not %q", v)
+			}
+			lifetime = time.Duration(n) * time.Second
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(envInt("ISSUER_PORT", port+1)))
+		if iss, err = issuer.Start(addr, issuer.Options{Clients: issuer.DevClients(), Lifetime: lifetime}); err != nil {
+			return fmt.Errorf("the local issuer on %s (ISSUER_PORT): %w", addr, err)
+		}
+		defer iss.Close()
+		jwt = &gateway.JWTAuthorizer{Issuer: iss.URL(), Audience: iss.ClientIDs()}
+	default:
+		return fmt.Errorf("AUTH must be tokens (the default) or jwt, not %q", mode)
+	}
 	reap := upkeep.Reap(s.Deps())
-	if err := s.Serve(envInt("PORT", 3000), tokens, map[string]http.HandlerFunc{"POST /local/reap": gateway.LocalReap(tokens, reap)}); err != nil {
+	if err := s.Serve(port, tokens, jwt, map[string]http.HandlerFunc{"POST /local/reap": gateway.LocalReap(tokens, reap)}); err != nil {
 		return err
 	}
 	every := time.Duration(envInt("REAP_EVERY_SECONDS", 60)) * time.Second
 	go gateway.Ticker(ctx, every, func(ctx context.Context) {
 		_, _ = reap(ctx, upkeep.ScheduledEvent("local-"+time.Now().UTC().Format(time.RFC3339)))
 	})
-	fmt.Printf("\nMediator is serving on %s (reaper every %s)\n  %s\n  try: curl -s %s/healthz\n\n",
-		s.Base, every, tokens.Describe(), s.Base)
+	fmt.Printf("\nMediator is serving on %s (reaper every %s)\n", s.Base, every)
+	if iss == nil {
+		fmt.Printf("  %s\n", tokens.Describe())
+	} else {
+		describeJWT(os.Stdout, iss, tokens, s.Base)
+	}
+	fmt.Printf("  try: curl -s %s/healthz\n\n", s.Base)
 	return s.Wait(ctx)
+}
+
+// describeJWT is the banner of make dev AUTH=jwt: where tokens come from, who may have them,
+// and a command that uses one.
+func describeJWT(w io.Writer, iss *issuer.Issuer, tokens *gateway.Tokens, base string) {
+	fmt.Fprintf(w, "  people's routes: JWTs of the local issuer %s, checked as API Gateway's JWT authorizer does\n", iss.URL())
+	fmt.Fprintf(w, "    client credentials at %s, tokens good for %s (DEV_TOKEN_SECONDS)\n", iss.TokenURL(), iss.Lifetime())
+	for _, c := range issuer.DevClients() {
+		fmt.Fprintf(w, "    client %-8s secret %-15s scope %s\n", c.ID, c.Secret, strings.Join(c.Scopes, " "))
+	}
+	fmt.Fprintf(w, "  nodes' routes and POST /local/reap: %s\n", tokens.Describe())
+	c := issuer.DevClients()[0]
+	fmt.Fprintf(w, "  try: MEDIATOR_CLIENT_SECRET=%s mediator --url %s --token-url %s --client-id %s queue\n",
+		c.Secret, base, iss.TokenURL(), c.ID)
 }
 
 func envInt(name string, def int) int {
