@@ -240,7 +240,7 @@ func (e *Env) CheckContract(ev events.APIGatewayV2HTTPRequest, resp events.APIGa
 	if err != nil {
 		e.T.Fatalf("the OpenAPI document: %v", err)
 	}
-	for _, f := range c.Check(ev, resp) {
+	for _, f := range c.CheckWith(e.Config.Auth, ev, resp) {
 		e.T.Errorf("%s %s answered %d, not as the OpenAPI document says: %s", ev.RequestContext.HTTP.Method, ev.RawPath, resp.StatusCode, f)
 	}
 }

@@ -70,31 +70,66 @@ func NewContract(doc []byte) (*Contract, error) {
 		routes: &gateway.Gateway{Routes: httpapi.Routes}}, nil
 }
 
-// principalKey carries, in the request's context, the principal the handler saw.
+// principalKey carries, in the request's context, the caller the handler saw.
 type principalKey struct{}
 
+// caller is the principal the handler found in an event, and the scheme of the document that
+// stands for the authorizer that put it there: iam for API Gateway's IAM authorizer, jwt for its
+// JWT authorizer, devToken for the Lambda authorizer context the local gateway writes.
+type caller struct {
+	who    auth.Principal
+	scheme string
+}
+
 // authenticate plays the part of the deployed authorizers for the validator: the principal
-// the handler saw must be of a kind the route's security requirement names — for jwt as the
-// scope mediator/<kind>, for iam and devToken as the role <kind>. A 2xx answered to a kind the
-// document does not allow on that route fails the test.
+// the handler saw must come from an authorizer the route's security requirement names, and be
+// of a kind it lists — for jwt as the scope mediator/<kind>, for iam and devToken as the role
+// <kind>. A 2xx answered to a kind the document does not allow on that route, or through an
+// authorizer it does not put there (a JWT on a node route), fails the test.
 func authenticate(ctx context.Context, in *config.AuthenticationInput) error {
-	who, _ := ctx.Value(principalKey{}).(auth.Principal)
-	if who.Kind == "" {
+	c, _ := ctx.Value(principalKey{}).(caller)
+	if c.who.Kind == "" {
 		return errors.New("no principal")
 	}
-	want := string(who.Kind)
+	if in.SecuritySchemeName != c.scheme {
+		return fmt.Errorf("a principal of the %s authorizer, not %s", c.scheme, in.SecuritySchemeName)
+	}
+	want := string(c.who.Kind)
 	if in.SecurityScheme != nil && strings.EqualFold(in.SecurityScheme.Type, "openIdConnect") {
 		want = "mediator/" + want
 	}
 	if !slices.Contains(in.Scopes, want) {
-		return fmt.Errorf("a %s principal is not one %s lists (%v)", who.Kind, in.SecuritySchemeName, in.Scopes)
+		return fmt.Errorf("a %s principal is not one %s lists (%v)", c.who.Kind, in.SecuritySchemeName, in.Scopes)
 	}
 	return nil
 }
 
+// schemeOf names the document's security scheme for the authorizer that wrote an event's
+// context.
+func schemeOf(a *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) string {
+	switch {
+	case a == nil:
+		return ""
+	case a.Lambda != nil:
+		return "devToken"
+	case a.JWT != nil:
+		return "jwt"
+	case a.IAM != nil:
+		return "iam"
+	}
+	return ""
+}
+
 // Check returns what the document says is wrong with one exchange: an event as API Gateway
-// sends it and the handler's response. Nothing is wrong when it returns nil.
+// sends it and the handler's response. Nothing is wrong when it returns nil. It reads the
+// principal as a handler configured with no IAM roles and no admin group does, which is all the
+// local gateway's events need; CheckWith reads it with the settings given.
 func (c *Contract) Check(ev events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) []string {
+	return c.CheckWith(auth.Settings{}, ev, resp)
+}
+
+// CheckWith is Check, reading the principal with the settings the handler had (its config.Auth).
+func (c *Contract) CheckWith(set auth.Settings, ev events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) []string {
 	body, err := responseBody(resp)
 	if err != nil {
 		return []string{err.Error()}
@@ -114,7 +149,7 @@ func (c *Contract) Check(ev events.APIGatewayV2HTTPRequest, resp events.APIGatew
 		return describe("response", errs)
 	}
 	var out []string
-	req := request(ev)
+	req := request(ev, set)
 	hr := &http.Response{StatusCode: resp.StatusCode, Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(body)), Request: req}
 	for k, v := range resp.Headers {
 		hr.Header.Set(k, v)
@@ -123,7 +158,7 @@ func (c *Contract) Check(ev events.APIGatewayV2HTTPRequest, resp events.APIGatew
 		out = append(out, describe(fmt.Sprintf("%d response", resp.StatusCode), errs)...)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if ok, errs := c.v.ValidateHttpRequestSync(request(ev)); !ok {
+		if ok, errs := c.v.ValidateHttpRequestSync(request(ev, set)); !ok {
 			out = append(out, describe("accepted request", errs)...)
 		}
 	}
@@ -131,8 +166,8 @@ func (c *Contract) Check(ev events.APIGatewayV2HTTPRequest, resp events.APIGatew
 }
 
 // request is the HTTP request the event stands for, as the client sent it, with the principal
-// the handler finds in the event.
-func request(ev events.APIGatewayV2HTTPRequest) *http.Request {
+// the handler finds in the event under set.
+func request(ev events.APIGatewayV2HTTPRequest, set auth.Settings) *http.Request {
 	body := []byte(ev.Body)
 	if ev.IsBase64Encoded {
 		if b, err := base64.StdEncoding.DecodeString(ev.Body); err == nil {
@@ -151,8 +186,8 @@ func request(ev events.APIGatewayV2HTTPRequest) *http.Request {
 		u.RawQuery = q.Encode()
 	}
 	ctx := context.Background()
-	if who, ok := auth.FromRequest(ev, auth.IAMRoles{}); ok {
-		ctx = context.WithValue(ctx, principalKey{}, who)
+	if who, ok := auth.FromRequest(ev, set); ok {
+		ctx = context.WithValue(ctx, principalKey{}, caller{who, schemeOf(ev.RequestContext.Authorizer)})
 	}
 	// Built field by field rather than parsed: a hostile test's query string need not parse.
 	req := (&http.Request{Method: ev.RequestContext.HTTP.Method, URL: u, Host: u.Host, Header: http.Header{},

@@ -93,7 +93,10 @@ func startStack(t *testing.T, b *bootstraps, dbURL string, names ...string) *sta
 	rie, bins := b.built(t)
 	s := &stack{t: t, fns: map[string]*emulator.Function{}}
 	for _, name := range names {
-		f, err := emulator.StartUnder(context.Background(), rie, b.with, bins[name], name, []string{"DATABASE_URL=" + dbURL, "LOG_LEVEL=info"})
+		// IAM_NODE_ROLE as template.yaml passes it by default: the role the node events of
+		// localdev/events are signed by.
+		f, err := emulator.StartUnder(context.Background(), rie, b.with, bins[name], name,
+			[]string{"DATABASE_URL=" + dbURL, "LOG_LEVEL=info", "IAM_NODE_ROLE=mediator-node"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func Check(doc []byte, routes []httpapi.Route) []string {
 	out = append(out, refs(top)...)
 	out = append(out, DiffRoutes(Routes(top), routes)...)
 	out = append(out, objectSchemas(top)...)
-	out = append(out, operations(top)...)
+	out = append(out, operations(top, routes)...)
 	out = append(out, model(doc)...)
 	return out
 }
@@ -242,12 +242,19 @@ func isObject(n *yaml.Node) bool {
 	return slices.ContainsFunc(t.Content, func(c *yaml.Node) bool { return c.Value == "object" })
 }
 
-// operations: each operation says who may call it — no one in particular (security: []), or
-// the same principal kinds under every scheme (iam and devToken as roles, jwt as the scopes
-// mediator/<kind>) — and lists the statuses every handler can answer: 400 (a query parameter
-// it does not take) and 500 always, 401 and 403 when it needs credentials, 415 when it takes a
-// body (one declared as something it cannot be read as).
-func operations(top *yaml.Node) []string {
+// operations: each operation says who may call it, as its route's Caller in the route table
+// says — no one in particular (security: []) exactly for AnyoneCaller's routes; for the others
+// the same principal kinds under every scheme its caller may present (iam and devToken as
+// roles, jwt as the scopes mediator/<kind>): iam, jwt and devToken on a PeopleCaller route, iam
+// and devToken alone on a NodeCaller route, which no stack lets a token reach — and lists the
+// statuses every handler can answer: 400 (a query parameter it does not take) and 500 always,
+// 401 and 403 when it needs credentials, 415 when it takes a body (one declared as something it
+// cannot be read as).
+func operations(top *yaml.Node, routes []httpapi.Route) []string {
+	callers := map[string]httpapi.Caller{}
+	for _, r := range routes {
+		callers[r.Key()] = r.Caller
+	}
 	var out []string
 	eachPair(get(top, "paths"), func(path string, item *yaml.Node) {
 		eachPair(item, func(method string, op *yaml.Node) {
@@ -275,10 +282,21 @@ func operations(top *yaml.Node) []string {
 					}
 				})
 			}
+			caller, known := callers[key]
+			if known && (len(sec.Content) == 0) != (caller == httpapi.AnyoneCaller) {
+				out = append(out, fmt.Sprintf("%s: public is %t here, but the route table's caller is %q", key, len(sec.Content) == 0, caller))
+			}
+			schemes := []string{"iam", "jwt", "devToken"}
+			if caller == httpapi.NodeCaller {
+				schemes = []string{"iam", "devToken"}
+				if len(kinds["jwt"]) > 0 {
+					out = append(out, fmt.Sprintf("%s: jwt %v on a node route, which nodes call signed (iam) in every stack", key, kinds["jwt"]))
+				}
+			}
 			want := []string{"400", "500"}
 			if len(sec.Content) > 0 {
 				want = append(want, "401", "403")
-				for _, scheme := range []string{"iam", "jwt", "devToken"} {
+				for _, scheme := range schemes {
 					slices.Sort(kinds[scheme])
 					if len(kinds[scheme]) == 0 || !slices.Equal(kinds[scheme], kinds["iam"]) {
 						out = append(out, fmt.Sprintf("%s: %s serves %v, iam %v: every scheme must name the same kinds", key, scheme, kinds[scheme], kinds["iam"]))

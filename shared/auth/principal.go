@@ -6,6 +6,7 @@ package auth
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -44,11 +45,15 @@ func (p Principal) Owner() string { return string(p.Kind) + ":" + p.ID }
 // IsAdmin reports whether p may act on anything.
 func (p Principal) IsAdmin() bool { return p.Kind == Admin }
 
-// IAMRoles maps IAM callers to kinds: a caller that assumed AdminRole is an admin, one that
-// assumed NodeRole is the node named by its role session name; anyone else is a client.
-type IAMRoles struct {
-	AdminRole string
-	NodeRole  string
+// Settings say which callers are admins and nodes (DESIGN.md, Who may do what). IAM: a caller
+// that assumed AdminRole is an admin, one that assumed NodeRole is the node named by its role
+// session name, any other IAM caller a client. JWT: a token that carries the client scope is an
+// admin's when its subject is a member of AdminGroup, the issuer's group of admins (Cognito's
+// cognito:groups claim, which only the user pool's administrators set).
+type Settings struct {
+	AdminRole  string
+	NodeRole   string
+	AdminGroup string
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/+=,-]{0,199}$`)
@@ -65,7 +70,7 @@ func (p Principal) Authorizer() *events.APIGatewayV2HTTPRequestContextAuthorizer
 }
 
 // FromRequest finds the principal in the authorizer context; false when there is none (401).
-func FromRequest(req events.APIGatewayV2HTTPRequest, roles IAMRoles) (Principal, bool) {
+func FromRequest(req events.APIGatewayV2HTTPRequest, set Settings) (Principal, bool) {
 	a := req.RequestContext.Authorizer
 	if a == nil {
 		return Principal{}, false
@@ -77,9 +82,9 @@ func FromRequest(req events.APIGatewayV2HTTPRequest, roles IAMRoles) (Principal,
 		id, _ := a.Lambda["id"].(string)
 		p = Principal{Kind: Kind(kind), ID: id}
 	case a.JWT != nil:
-		p = fromJWT(a.JWT)
+		p = fromJWT(a.JWT, set.AdminGroup)
 	case a.IAM != nil:
-		p = fromIAM(a.IAM, roles)
+		p = fromIAM(a.IAM, set)
 	}
 	if !p.valid() {
 		return Principal{}, false
@@ -95,27 +100,53 @@ func (p Principal) valid() bool {
 	return false
 }
 
-// fromJWT: the kind is a scope (mediator/admin, mediator/node, mediator/client) or the claim
-// mediator_kind; the id is the claim mediator_id, else sub.
-func fromJWT(j *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription) Principal {
-	id := j.Claims["mediator_id"]
-	if id == "" {
-		id = j.Claims["sub"]
+// fromJWT reads an access token's claims, as API Gateway's JWT authorizer passes them once it has
+// checked the token's signature, issuer, audience, expiry and that it carries one of Scopes. The
+// kind is a scope (ScopeAdmin, else ScopeClient) the issuer grants only to the app clients
+// allowed it, raised to admin by membership of adminGroup; the id is sub, which the issuer alone
+// sets (a user's immutable id, or for a client-credentials token the app client's id). Neither
+// comes from a custom claim: a user pool may map one from an attribute its users edit, and then
+// anyone could name themselves an admin or another client.
+func fromJWT(j *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription, adminGroup string) Principal {
+	// A Cognito ID token says token_use "id", and its aud is the app client, which the authorizer
+	// accepts as an audience: it proves who signed in, not what they may call.
+	if use, ok := j.Claims["token_use"]; ok && use != "access" {
+		return Principal{}
 	}
 	scopes := append([]string{}, j.Scopes...)
 	scopes = append(scopes, strings.Fields(j.Claims["scope"])...)
-	for _, k := range []Kind{Admin, Node, Client} {
-		for _, s := range scopes {
-			if s == "mediator/"+string(k) {
-				return Principal{Kind: k, ID: id}
-			}
+	var kind Kind
+	switch {
+	case slices.Contains(scopes, ScopeAdmin):
+		kind = Admin
+	case slices.Contains(scopes, ScopeClient):
+		kind = Client
+		if adminGroup != "" && slices.Contains(listClaim(j.Claims["cognito:groups"]), adminGroup) {
+			kind = Admin
 		}
+	default:
+		return Principal{}
 	}
-	return Principal{Kind: Kind(j.Claims["mediator_kind"]), ID: id}
+	return Principal{Kind: kind, ID: j.Claims["sub"]}
+}
+
+// listClaim reads a list claim the way API Gateway's JWT authorizer writes one into the claims it
+// passes a function, every value a string: the items between brackets, separated by spaces
+// ("[admins ops]"; Cognito group names hold no spaces). A value of any other shape is not what
+// API Gateway writes for a list, and names no group: admin is granted on the known shape only.
+func listClaim(v string) []string {
+	inner, ok := strings.CutPrefix(v, "[")
+	if !ok {
+		return nil
+	}
+	if inner, ok = strings.CutSuffix(inner, "]"); !ok {
+		return nil
+	}
+	return strings.Fields(inner)
 }
 
 // fromIAM reads arn:aws:sts::<acct>:assumed-role/<role>/<session> and IAM user ARNs.
-func fromIAM(iam *events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription, roles IAMRoles) Principal {
+func fromIAM(iam *events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription, roles Settings) Principal {
 	arn := iam.UserARN
 	if _, rest, ok := strings.Cut(arn, ":assumed-role/"); ok {
 		role, session, _ := strings.Cut(rest, "/")

@@ -50,10 +50,21 @@ type SigV4 struct {
 	signer *v4.Signer
 }
 
+// RenewBefore is how long before they expire the credentials NewSigV4 signs with are renewed:
+// API Gateway refuses (403) a request whose session expired between its signing and its
+// arrival, and an agent takes a first heartbeat refused so for a setup error and stops.
+const RenewBefore = time.Minute
+
 // NewSigV4 signs with the credentials of the default AWS chain (environment, shared config and
-// credentials files, SSO, the container or instance role). region overrides the host's.
+// credentials files, SSO, credential_process, the container or instance role). region
+// overrides the host's. The chain's provider comes wrapped in the SDK's credentials cache, and
+// every request asks it: credentials that expire — an instance profile's, those IAM Roles
+// Anywhere's helper hands credential_process — are fetched again RenewBefore their expiry, so
+// a process that runs for months (mediator agent) signs with fresh ones without a restart.
 func NewSigV4(ctx context.Context, region string) (*SigV4, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) {
+		o.ExpiryWindow = RenewBefore
+	}))
 	if err != nil {
 		return nil, err
 	}

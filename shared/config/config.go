@@ -5,9 +5,12 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"mediator/shared/auth"
 )
 
 // Config is every setting a function needs. Derived values are methods, never settings of
@@ -27,11 +30,20 @@ type Config struct {
 	// MaxClientPriority is the highest priority a client may give its runs; above it only
 	// admins may (0 to 100).
 	MaxClientPriority int // MAX_CLIENT_PRIORITY
-	// The IAM roles whose callers are admins and nodes, when API Gateway authorizes by IAM.
-	IAMAdminRole string // IAM_ADMIN_ROLE
-	IAMNodeRole  string // IAM_NODE_ROLE
-	Database     Database
+	// Auth says which callers are admins and nodes: the IAM roles (IAM_ADMIN_ROLE,
+	// IAM_NODE_ROLE), which nodes sign as in every stack and people too when API Gateway
+	// authorizes them by IAM, and the issuer's group of admins (JWT_ADMIN_GROUP) when it
+	// authorizes them by JWT.
+	Auth     auth.Settings
+	Database Database
 }
+
+// AdminGroupPattern is what JWT_ADMIN_GROUP may be: a group name without spaces (Cognito's hold
+// none), since API Gateway passes a token's groups to the functions separated by spaces.
+// template.yaml's JwtAdminGroup allows the same, pinned by a test.
+const AdminGroupPattern = `^\S{1,128}$`
+
+var adminGroup = regexp.MustCompile(AdminGroupPattern)
 
 // Database says where the database is and how to reach it. Exactly one of URL, SecretARN and
 // IAMAuth names the credentials.
@@ -99,8 +111,11 @@ func Load(getenv func(string) string) (Config, error) {
 		EventBusName:      r.text("EVENT_BUS_NAME"),
 		RetentionDays:     r.integer("RUN_RETENTION_DAYS", 30, 0, 3650),
 		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
-		IAMAdminRole:      r.text("IAM_ADMIN_ROLE"),
-		IAMNodeRole:       r.text("IAM_NODE_ROLE"),
+		Auth: auth.Settings{
+			AdminRole:  r.text("IAM_ADMIN_ROLE"),
+			NodeRole:   r.text("IAM_NODE_ROLE"),
+			AdminGroup: r.matching("JWT_ADMIN_GROUP", adminGroup, "a group name: 1 to 128 characters, no spaces"),
+		},
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),
 			SecretARN:        r.text("DB_SECRET_ARN"),
@@ -191,6 +206,15 @@ func (r *reader) seconds(name string, def, lo, hi int) time.Duration {
 
 func (r *reader) millis(name string, def int) time.Duration {
 	return time.Duration(r.integer(name, def, 100, 15*60*1000)) * time.Millisecond
+}
+
+// matching is an optional setting that, when set, matches re.
+func (r *reader) matching(name string, re *regexp.Regexp, want string) string {
+	raw := r.text(name)
+	if raw != "" && !re.MatchString(raw) {
+		r.fail(name, want, raw)
+	}
+	return raw
 }
 
 func (r *reader) oneOf(name, def string, allowed ...string) string {

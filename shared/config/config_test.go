@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"mediator/shared/auth"
 	"mediator/shared/config"
 )
 
@@ -42,6 +43,8 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		"NODE_RETIRE_AFTER_SECONDS": {"NODE_RETIRE_AFTER_SECONDS": "0"},
 		"DB_IAM_AUTH":               {"DB_IAM_AUTH": "maybe"},
 		"LOG_LEVEL":                 {"LOG_LEVEL": "loud"},
+		// API Gateway passes a token's groups separated by spaces: this name could never match.
+		"JWT_ADMIN_GROUP": {"JWT_ADMIN_GROUP": "mediator admins"},
 	}
 	for name, kv := range cases {
 		kv["DATABASE_URL"] = "postgres://x/y"
@@ -67,6 +70,26 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 	if _, err := config.Load(env(map[string]string{"LEASE_TTL_SECONDS": "abc", "DATABASE_URL": "x"})); err == nil ||
 		!strings.Contains(err.Error(), "LEASE_TTL_SECONDS") {
 		t.Errorf("a non-number lease TTL: %v", err)
+	}
+}
+
+// Who is an admin or a node: the IAM roles and the issuer's admin group, read as given; no group
+// set names none.
+func TestAuthSettings(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y",
+		"IAM_ADMIN_ROLE": "mediator-admin", "IAM_NODE_ROLE": "mediator-node", "JWT_ADMIN_GROUP": " mediator-admins "}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (auth.Settings{AdminRole: "mediator-admin", NodeRole: "mediator-node", AdminGroup: "mediator-admins"}); c.Auth != want {
+		t.Errorf("auth settings %+v, want %+v", c.Auth, want)
+	}
+	if c, err := config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y"})); err != nil || c.Auth != (auth.Settings{}) {
+		t.Errorf("unset: %+v, %v", c.Auth, err)
+	}
+	if _, err := config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "JWT_ADMIN_GROUP": strings.Repeat("g", 129)})); err == nil {
+		t.Error("a group name longer than Cognito allows was accepted")
 	}
 }
 

@@ -85,7 +85,7 @@ func handler(d startup.Deps, endpoints map[string]endpoint) Handler {
 			return c.problem(problem.New(problem.NotFound, "no such route")), nil
 		}
 		if !ep.public {
-			who, ok := auth.FromRequest(req, d.Roles)
+			who, ok := auth.FromRequest(req, d.Config.Auth)
 			if !ok {
 				return c.problem(problem.New(problem.Unauthenticated, "present credentials for this API")), nil
 			}

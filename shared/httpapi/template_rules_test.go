@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"mediator/shared/config"
 )
 
 // ruleFailures evaluates every assertion of template.yaml's Rules, as CloudFormation does
@@ -98,6 +100,11 @@ func TestTemplateRulesRefuseWhatCannotWork(t *testing.T) {
 		{"JWT without an issuer", withParams(passwordMode, "AuthorizerType", "JWT", "JwtAudience", "client-1"), []string{"JwtNeedsAnIssuer[0]"}},
 		{"JWT without an audience", withParams(passwordMode, "AuthorizerType", "JWT", "JwtIssuer", "https://issuer.example.com"), []string{"JwtNeedsAnIssuer[1]"}},
 		{"an issuer while IAM authorizes", withParams(passwordMode, "JwtIssuer", "https://issuer.example.com"), nil},
+		{"JWT with an admin group", withParams(passwordMode, append(slices.Clone(jwtParams), "JwtAdminGroup", "mediator-admins")...), nil},
+		{"an admin group while IAM authorizes", withParams(passwordMode, "JwtAdminGroup", "mediator-admins"), nil},
+		// Nodes sign with IAM in every stack: without the node role no caller is a node.
+		{"JWT without the node role", withParams(passwordMode, append(slices.Clone(jwtParams), "IamNodeRole", "")...), []string{"NodesSignAsTheNodeRole[0]"}},
+		{"IAM without the node role", withParams(passwordMode, "IamNodeRole", ""), []string{"NodesSignAsTheNodeRole[0]"}},
 		{"subnets without security groups", withParams(passwordMode, "SecurityGroupIds", ""), []string{"SubnetsComeWithSecurityGroups[0]"}},
 		{"security groups without subnets", withParams(passwordMode, "SubnetIds", ""), []string{"SubnetsComeWithSecurityGroups[0]"}},
 	}
@@ -134,6 +141,25 @@ func TestTemplateRulesRefuseWhatCannotWork(t *testing.T) {
 				t.Errorf("no case is refused by %s", id)
 			}
 		}
+	}
+}
+
+// JwtAdminGroup allows what JWT_ADMIN_GROUP does (config.AdminGroupPattern), and nothing else:
+// a group the template accepted and the functions refused would deploy functions that cannot
+// start.
+func TestTemplateAdminGroupIsTheConfigs(t *testing.T) {
+	t.Parallel()
+	tpl := readCFN(t, "../../template.yaml")
+	if got, want := cfnAt(tpl, "Parameters", "JwtAdminGroup", "AllowedPattern"), "^$|"+config.AdminGroupPattern; got != want {
+		t.Errorf("JwtAdminGroup's AllowedPattern is %v, want %s", got, want)
+	}
+	for _, name := range []string{"mediator-admins", "Admins", "ops@lab"} {
+		if err := checkParameter(tpl, "JwtAdminGroup", name); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := checkParameter(tpl, "JwtAdminGroup", "mediator admins"); err == nil {
+		t.Error("JwtAdminGroup accepts a name with a space, which no list API Gateway writes could hold")
 	}
 }
 

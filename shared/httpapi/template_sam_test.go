@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"mediator/shared/auth"
 	"mediator/shared/httpapi"
 )
 
@@ -105,15 +107,27 @@ var (
 	pathParameter       = regexp.MustCompile(`\{\w+\}`)
 )
 
+// routesFor are the route keys of the route table whose caller is c.
+func routesFor(c httpapi.Caller) []string {
+	var keys []string
+	for _, r := range httpapi.Routes {
+		if r.Caller == c {
+			keys = append(keys, r.Key())
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // What CloudFormation receives, for each authorizer: exactly the route table, each route
-// invoking its function with API Gateway allowed to, the chosen authorizer on every route the
-// contract does not make public and none on those it does, the throttles, and the migration
-// ordered before every function that needs the schema.
+// invoking its function with API Gateway allowed to, each route authorized as its caller needs
+// (securityFindings), the settings that map callers to principals in every function, the
+// throttles, and the migration ordered before every function that needs the schema.
 func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 	t.Parallel()
 	public := publicRoutes(t)
-	if !slices.Equal(public, []string{"GET /healthz", "GET /v1/openapi.json"}) {
-		t.Fatalf("the contract's public routes are %v", public)
+	if anyone := routesFor(httpapi.AnyoneCaller); !slices.Equal(public, anyone) {
+		t.Fatalf("the contract's public routes are %v, the route table's %v", public, anyone)
 	}
 	tpl := readCFN(t, "../../template.yaml")
 	for _, authorizer := range []string{"IAM", "JWT"} {
@@ -141,14 +155,12 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfnAt(body, "security") != nil {
-				t.Error("the body has a root-level security requirement; each route names its own")
+			for _, f := range securityFindings(body, authorizer, values) {
+				t.Error(f)
 			}
-			checkCaller(t, authorizer, cfnAt(body, "components", "securitySchemes"), values)
 
 			// Routes: the body's, both ways against the route table.
 			got := map[string]string{}
-			secured := map[string]bool{}
 			paths, _ := cfnAt(body, "paths").(map[string]any)
 			for path, ops := range paths {
 				for method, op := range ops.(map[string]any) {
@@ -162,22 +174,10 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 					if cfnAt(op, "x-amazon-apigateway-integration", "payloadFormatVersion") != "2.0" {
 						t.Errorf("%s: payload format is not 2.0", key)
 					}
-					switch sec := cfnAt(op, "security"); {
-					case sec == nil:
-					case fmt.Sprint(sec) == "[map[Caller:[]]]":
-						secured[key] = true
-					default:
-						t.Errorf("%s: security %v, want Caller or none", key, sec)
-					}
 				}
 			}
 			for _, d := range diffRoutes(got, httpapi.Routes) {
 				t.Error(d)
-			}
-			for key := range got {
-				if want := !slices.Contains(public, key); secured[key] != want {
-					t.Errorf("%s: authorized by %s is %t, want %t", key, authorizer, secured[key], want)
-				}
 			}
 
 			// API Gateway may invoke each route's function, for that route.
@@ -227,6 +227,7 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 
 			checkMigrationComesFirst(t, cfn, params["EventBusName"])
 			checkFunctionsMayPublish(t, cfn, resolve, params["EventBusName"] != "")
+			checkFunctionsKnowTheCallers(t, cfn)
 			if cfnAt(cfn, "Rules") == nil {
 				t.Error("the transform dropped the Rules")
 			}
@@ -234,27 +235,150 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 	}
 }
 
-// checkCaller: the one security scheme is IAM (SigV4) or a JWT authorizer of JwtIssuer.
-func checkCaller(t *testing.T, authorizer string, schemes any, values map[string]any) {
-	t.Helper()
-	m, _ := schemes.(map[string]any)
-	if len(m) != 1 || m["Caller"] == nil {
-		t.Fatalf("security schemes %v: want Caller alone", schemes)
-	}
-	caller := m["Caller"]
-	switch authorizer {
-	case "IAM":
-		if cfnAt(caller, "type") != "apiKey" || cfnAt(caller, "x-amazon-apigateway-authtype") != "awsSigv4" ||
-			cfnAt(caller, "name") != "Authorization" || cfnAt(caller, "in") != "header" {
-			t.Errorf("IAM: Caller is %v, want API Gateway's IAM authorization (awsSigv4)", caller)
+// The security check bites: a body that authorizes one route otherwise than its caller needs
+// is reported, naming the route (or the scheme).
+func TestTemplateSecurityFindingsBite(t *testing.T) {
+	t.Parallel()
+	values := map[string]any{"JwtIssuer": "https://issuer.example.com", "JwtAudience": []any{"client-1"}}
+	body := func(authorizer string) map[string]any {
+		paths := map[string]any{}
+		for _, r := range httpapi.Routes {
+			op := map[string]any{}
+			switch {
+			case r.Caller == httpapi.NodeCaller || (r.Caller == httpapi.PeopleCaller && authorizer == "IAM"):
+				op["security"] = []any{map[string]any{"Iam": []any{}}}
+			case r.Caller == httpapi.PeopleCaller:
+				op["security"] = []any{map[string]any{"Jwt": []any{"mediator/client", "mediator/admin"}}}
+			}
+			if paths[r.Path] == nil {
+				paths[r.Path] = map[string]any{}
+			}
+			paths[r.Path].(map[string]any)[strings.ToLower(r.Method)] = op
 		}
-	case "JWT":
-		a := cfnAt(caller, "x-amazon-apigateway-authorizer")
-		if cfnAt(caller, "type") != "oauth2" || cfnAt(a, "type") != "jwt" ||
+		schemes := map[string]any{"Iam": map[string]any{"type": "apiKey", "name": "Authorization", "in": "header", "x-amazon-apigateway-authtype": "awsSigv4"}}
+		if authorizer == "JWT" {
+			schemes["Jwt"] = map[string]any{"type": "oauth2", "x-amazon-apigateway-authorizer": map[string]any{
+				"type": "jwt", "identitySource": "$request.header.Authorization",
+				"jwtConfiguration": map[string]any{"issuer": values["JwtIssuer"], "audience": values["JwtAudience"]}}}
+		}
+		return map[string]any{"components": map[string]any{"securitySchemes": schemes}, "paths": paths}
+	}
+	for _, a := range []string{"IAM", "JWT"} {
+		if found := securityFindings(body(a), a, values); found != nil {
+			t.Fatalf("%s: a body as the route table says: %v", a, found)
+		}
+	}
+	node, people, anyone := routesFor(httpapi.NodeCaller)[0], routesFor(httpapi.PeopleCaller)[0], routesFor(httpapi.AnyoneCaller)[0]
+	op := func(b map[string]any, key string) map[string]any {
+		method, path, _ := strings.Cut(key, " ")
+		return cfnAt(b, "paths", path, strings.ToLower(method)).(map[string]any)
+	}
+	for _, c := range []struct {
+		name, authorizer, about string
+		doctor                  func(b map[string]any)
+	}{
+		{"a node route taking tokens", "JWT", node, func(b map[string]any) {
+			op(b, node)["security"] = []any{map[string]any{"Jwt": []any{"mediator/client", "mediator/admin"}}}
+		}},
+		{"a node route left public", "IAM", node, func(b map[string]any) { delete(op(b, node), "security") }},
+		{"a people route signed in a JWT stack", "JWT", people, func(b map[string]any) {
+			op(b, people)["security"] = []any{map[string]any{"Iam": []any{}}}
+		}},
+		{"a people route needing the admin scope alone", "JWT", people, func(b map[string]any) {
+			op(b, people)["security"] = []any{map[string]any{"Jwt": []any{"mediator/admin"}}}
+		}},
+		{"a people route taking a token of any scope", "JWT", people, func(b map[string]any) {
+			op(b, people)["security"] = []any{map[string]any{"Jwt": []any{}}}
+		}},
+		{"a public route behind an authorizer", "IAM", anyone, func(b map[string]any) {
+			op(b, anyone)["security"] = []any{map[string]any{"Iam": []any{}}}
+		}},
+		{"a JWT scheme of another issuer", "JWT", "Jwt", func(b map[string]any) {
+			cfnAt(b, "components", "securitySchemes", "Jwt", "x-amazon-apigateway-authorizer", "jwtConfiguration").(map[string]any)["issuer"] = "https://other.example.com"
+		}},
+		{"a JWT scheme in an IAM stack", "IAM", "Iam, Jwt", func(b map[string]any) {
+			cfnAt(b, "components", "securitySchemes").(map[string]any)["Jwt"] = map[string]any{"type": "oauth2"}
+		}},
+	} {
+		b := body(c.authorizer)
+		c.doctor(b)
+		found := securityFindings(b, c.authorizer, values)
+		if !slices.ContainsFunc(found, func(f string) bool { return strings.HasPrefix(f, c.about+":") }) {
+			t.Errorf("%s: found %q, want a finding about %s", c.name, found, c.about)
+		}
+	}
+}
+
+// securityFindings are the ways an API's OpenAPI body (intrinsics resolved) authorizes its
+// callers otherwise than the route table says, for a stack of AuthorizerType authorizer: the
+// schemes are Iam (SigV4) and, in a JWT stack, Jwt, a JWT authorizer of JwtIssuer and
+// JwtAudience; every NodeCaller route is Iam's whatever the stack; every PeopleCaller route is
+// Iam's in an IAM stack and, in a JWT stack, Jwt's with exactly the Mediator scopes; every
+// AnyoneCaller route has no security at all; and no requirement sits at the body's root, where
+// it would apply to every route.
+func securityFindings(body any, authorizer string, values map[string]any) []string {
+	var out []string
+	schemes, _ := cfnAt(body, "components", "securitySchemes").(map[string]any)
+	want := []string{"Iam"}
+	if authorizer == "JWT" {
+		want = append(want, "Jwt")
+	}
+	if got := slices.Sorted(maps.Keys(schemes)); !slices.Equal(got, want) {
+		out = append(out, fmt.Sprintf("Iam, Jwt: the security schemes are %v, want %v", got, want))
+	}
+	if iam := schemes["Iam"]; cfnAt(iam, "type") != "apiKey" || cfnAt(iam, "x-amazon-apigateway-authtype") != "awsSigv4" ||
+		cfnAt(iam, "name") != "Authorization" || cfnAt(iam, "in") != "header" {
+		out = append(out, fmt.Sprintf("Iam: %v, want API Gateway's IAM authorization (awsSigv4)", iam))
+	}
+	if jwt, ok := schemes["Jwt"]; ok {
+		a := cfnAt(jwt, "x-amazon-apigateway-authorizer")
+		if cfnAt(jwt, "type") != "oauth2" || cfnAt(a, "type") != "jwt" ||
 			cfnAt(a, "identitySource") != "$request.header.Authorization" ||
 			cfnAt(a, "jwtConfiguration", "issuer") != values["JwtIssuer"] ||
 			fmt.Sprint(cfnAt(a, "jwtConfiguration", "audience")) != fmt.Sprint(values["JwtAudience"]) {
-			t.Errorf("JWT: Caller is %v, want a jwt authorizer of JwtIssuer and JwtAudience", caller)
+			out = append(out, fmt.Sprintf("Jwt: %v, want a jwt authorizer of JwtIssuer and JwtAudience", jwt))
+		}
+	}
+	if cfnAt(body, "security") != nil {
+		out = append(out, "security: the body has a root-level requirement; each route names its own")
+	}
+	iam := []any{map[string]any{"Iam": []any{}}}
+	jwt := []any{map[string]any{"Jwt": toAnys(auth.Scopes)}}
+	for _, r := range httpapi.Routes {
+		op := cfnAt(body, "paths", r.Path, strings.ToLower(r.Method))
+		if op == nil {
+			continue // diffRoutes reports it
+		}
+		var want any
+		switch {
+		case r.Caller == httpapi.NodeCaller:
+			want = iam
+		case r.Caller == httpapi.PeopleCaller && authorizer == "JWT":
+			want = jwt
+		case r.Caller == httpapi.PeopleCaller:
+			want = iam
+		case r.Caller != httpapi.AnyoneCaller:
+			out = append(out, fmt.Sprintf("%s: caller %q is none the template knows", r.Key(), r.Caller))
+			continue
+		}
+		if got := cfnAt(op, "security"); !reflect.DeepEqual(got, want) {
+			out = append(out, fmt.Sprintf("%s: security %v, want %v (a %s route in a %s stack)", r.Key(), got, want, r.Caller, authorizer))
+		}
+	}
+	return out
+}
+
+// checkFunctionsKnowTheCallers: every function reads the settings that map callers to
+// principals from the parameters, in either kind of stack: the node routes are IAM's in both,
+// so a JWT stack needs the node role as much as an IAM one.
+func checkFunctionsKnowTheCallers(t *testing.T, cfn map[string]any) {
+	t.Helper()
+	resources := cfnAt(cfn, "Resources").(map[string]any)
+	for _, id := range resourcesOf(cfn, "AWS::Lambda::Function") {
+		for env, param := range map[string]string{"IAM_NODE_ROLE": "IamNodeRole", "IAM_ADMIN_ROLE": "IamAdminRole", "JWT_ADMIN_GROUP": "JwtAdminGroup"} {
+			if cfnAt(resources, id, "Properties", "Environment", "Variables", env, "Ref") != param {
+				t.Errorf("%s: %s is not the %s parameter", id, env, param)
+			}
 		}
 	}
 }
@@ -291,9 +415,20 @@ func checkMigrationComesFirst(t *testing.T, cfn map[string]any, bus string) {
 	}
 }
 
+// toAnys is a list value as []any: a JSON list as it is, a []string item by item, anything
+// else nil.
 func toAnys(v any) []any {
-	l, _ := v.([]any)
-	return l
+	switch v := v.(type) {
+	case []any:
+		return v
+	case []string:
+		out := make([]any, len(v))
+		for i, s := range v {
+			out[i] = s
+		}
+		return out
+	}
+	return nil
 }
 
 // checkFunctionsMayPublish: with a bus named, every function's role may put events on it, and

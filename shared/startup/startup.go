@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"mediator/migrations"
-	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/dbcreds"
 	"mediator/shared/publish"
@@ -29,7 +28,6 @@ type Deps struct {
 	Store  *store.Store
 	Config config.Config
 	Log    *slog.Logger
-	Roles  auth.IAMRoles
 	// Publisher sends run events to EventBridge; nil when EVENT_BUS_NAME is empty.
 	Publisher *publish.Publisher
 }
@@ -64,9 +62,7 @@ func open(name string) Deps {
 	if err != nil {
 		exit(name, err)
 	}
-	return Deps{Store: st, Config: cfg, Log: log, Publisher: pub, Roles: auth.IAMRoles{
-		AdminRole: cfg.IAMAdminRole, NodeRole: cfg.IAMNodeRole,
-	}}
+	return Deps{Store: st, Config: cfg, Log: log, Publisher: pub}
 }
 
 // Publisher is the run events' publisher when EVENT_BUS_NAME names a bus, else nil. Its
