@@ -70,15 +70,24 @@ GOOS ?= $(shell $(GO) env GOOS)
 GOARCH ?= $(shell $(GO) env GOARCH)
 build_function = CGO_ENABLED=0 GOOS=$(GOOS) GOARCH=$(GOARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $(2)/bootstrap ./functions/$(1)
 
+# RDS's CA bundle (https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem), which a
+# direct connection to Aurora verifies the database by (DB_SSLROOTCERT): when this file exists,
+# every function's package carries it as rds-global-bundle.pem beside its bootstrap, which
+# Lambda unpacks to /var/task. Absent, the packages carry none, and a stack deployed with
+# DatabaseSslRootCert=/var/task/rds-global-bundle.pem stops at start-up saying the file is missing.
+RDS_CA_BUNDLE ?= certs/rds-global-bundle.pem
+ship_ca_bundle = if [ -f '$(RDS_CA_BUNDLE)' ]; then cp '$(RDS_CA_BUNDLE)' $(1)/rds-global-bundle.pem; fi
+
 # SAM's makefile builder (BuildMethod: makefile) runs `make build-<LogicalId>` with
 # ARTIFACTS_DIR set. Each function in FUNCTIONS has one such target, named by its logical id in
-# template.yaml (submit → build-SubmitFunction), which leaves a linux/arm64 bootstrap there.
+# template.yaml (submit → build-SubmitFunction), which leaves a linux/arm64 bootstrap there, and
+# the CA bundle above when there is one.
 logical_id = $(shell name=$(1); echo "$${name^}Function")
 LAMBDA_TARGETS := $(foreach f,$(FUNCTIONS),build-$(call logical_id,$(f)))
 .PHONY: $(LAMBDA_TARGETS)
 $(LAMBDA_TARGETS): GOOS = linux
 $(LAMBDA_TARGETS): GOARCH = arm64
-$(foreach f,$(FUNCTIONS),$(eval build-$(call logical_id,$(f)): ; $$(call build_function,$(f),$$(ARTIFACTS_DIR))))
+$(foreach f,$(FUNCTIONS),$(eval build-$(call logical_id,$(f)): ; $$(call build_function,$(f),$$(ARTIFACTS_DIR)) && $$(call ship_ca_bundle,$$(ARTIFACTS_DIR))))
 
 clean: ## stop local clusters, remove their data and the build output
 	-$(LOCAL) stop dev

@@ -282,7 +282,9 @@ func TestNothingIsOpenToTheWorld(t *testing.T) {
 	})
 }
 
-// The database's security group admits PostgreSQL from the proxy's group and nothing else.
+// The database's security group admits PostgreSQL from the proxy's group and nothing else,
+// unless the stack is deployed with DirectConnections=true: then from the functions' group too,
+// and both sides of that path exist only under that parameter.
 func TestOnlyTheProxyReachesTheDatabase(t *testing.T) {
 	t.Parallel()
 	tmpl := loadTemplate(t)
@@ -307,33 +309,45 @@ func TestOnlyTheProxyReachesTheDatabase(t *testing.T) {
 
 	// Every ingress rule on a database group: inline ones and separate resources.
 	type rule struct {
-		where string
-		node  *yaml.Node
+		where, condition string
+		node             *yaml.Node
 	}
 	var rules []rule
 	for _, g := range dbGroups {
 		if inline := path(res, g, "Properties", "SecurityGroupIngress"); inline != nil {
 			for _, r := range inline.Content {
-				rules = append(rules, rule{g, r})
+				rules = append(rules, rule{g, "", r})
 			}
 		}
 	}
 	for _, id := range resourcesOfType(tmpl, "AWS::EC2::SecurityGroupIngress") {
 		props := path(res, id, "Properties")
 		if target, _ := refTarget(get(props, "GroupId")); slices.Contains(dbGroups, target) {
-			rules = append(rules, rule{id, props})
+			cond := ""
+			if c := path(res, id, "Condition"); c != nil {
+				cond = c.Value
+			}
+			rules = append(rules, rule{id, cond, props})
 		}
 	}
 	if len(rules) == 0 {
 		t.Fatal("the database's security group admits nothing; the proxy could not connect")
 	}
+	direct := onlyWithDirectConnections(t, tmpl)
+	fromFunctions := 0
 	for _, r := range rules {
 		src := get(r.node, "SourceSecurityGroupId")
 		target, ok := "", false
 		if src != nil {
 			target, ok = refTarget(src)
 		}
-		if !ok || !slices.Contains(proxyGroups, target) {
+		switch {
+		case ok && slices.Contains(proxyGroups, target):
+		case ok && target == "FunctionSecurityGroup" && r.condition == direct:
+			fromFunctions++
+		case ok && target == "FunctionSecurityGroup":
+			t.Errorf("%s: ingress to the database from the functions without DirectConnections=true", r.where)
+		default:
 			t.Errorf("%s: ingress to the database from something other than the proxy's group", r.where)
 		}
 		for _, k := range []string{"CidrIp", "CidrIpv6", "SourcePrefixListId"} {
@@ -346,6 +360,62 @@ func TestOnlyTheProxyReachesTheDatabase(t *testing.T) {
 				t.Errorf("%s: %s is not 5432", r.where, k)
 			}
 		}
+	}
+	if fromFunctions != 1 {
+		t.Errorf("%d ingress rules from the functions under DirectConnections, want one", fromFunctions)
+	}
+}
+
+// onlyWithDirectConnections is the condition that is true exactly when the stack is deployed
+// with DirectConnections=true, a parameter false by default.
+func onlyWithDirectConnections(t *testing.T, tmpl *yaml.Node) string {
+	t.Helper()
+	if d := path(tmpl, "Parameters", "DirectConnections", "Default"); d == nil || d.Value != "false" {
+		t.Fatal(`DirectConnections: want a parameter that defaults to "false"`)
+	}
+	for _, name := range keys(get(tmpl, "Conditions")) {
+		c := path(tmpl, "Conditions", name)
+		if c.Tag == "!Equals" && len(c.Content) == 2 && c.Content[0].Tag == "!Ref" &&
+			c.Content[0].Value == "DirectConnections" && c.Content[1].Value == "true" {
+			return name
+		}
+	}
+	t.Fatal(`no condition !Equals [!Ref DirectConnections, "true"]`)
+	return ""
+}
+
+// With DirectConnections=true the functions may reach the cluster on 5432, both ways round (the
+// functions' egress, the database's ingress), and the stack outputs the endpoint to use.
+func TestDirectConnectionsOpenOnePath(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	res := get(tmpl, "Resources")
+	direct := onlyWithDirectConnections(t, tmpl)
+	var egress []string
+	for _, id := range resourcesOfType(tmpl, "AWS::EC2::SecurityGroupEgress") {
+		props := path(res, id, "Properties")
+		dest := get(props, "DestinationSecurityGroupId")
+		if dest == nil {
+			continue // to a prefix list (S3)
+		}
+		from, _ := refTarget(get(props, "GroupId"))
+		to, _ := refTarget(dest)
+		if from != "FunctionSecurityGroup" || to != "DatabaseSecurityGroup" {
+			continue
+		}
+		egress = append(egress, id)
+		if c := path(res, id, "Condition"); c == nil || c.Value != direct {
+			t.Errorf("%s: the functions' egress to the database without DirectConnections=true", id)
+		}
+		if get(props, "FromPort").Value != "5432" || get(props, "ToPort").Value != "5432" {
+			t.Errorf("%s: not PostgreSQL's port alone", id)
+		}
+	}
+	if len(egress) != 1 {
+		t.Errorf("the functions' egress rules to the database: %v, want one", egress)
+	}
+	if v := path(tmpl, "Outputs", "ClusterEndpoint", "Value"); v == nil || v.Tag != "!GetAtt" || v.Value != "DatabaseCluster.Endpoint.Address" {
+		t.Error("no ClusterEndpoint output: the writer endpoint a direct connection's DatabaseHost names")
 	}
 }
 

@@ -3,8 +3,11 @@
 package config
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -57,12 +60,21 @@ type Database struct {
 	Name      string // DB_NAME
 	Region    string // AWS_REGION, for IAM tokens
 	// SSLMode applies to connections built from a secret or IAM auth (a URL carries its own):
-	// verify-full by default, which the RDS Proxy's certificate passes with the system's CAs.
+	// verify-full by default, which the RDS Proxy's certificate (issued by ACM, chained to
+	// Amazon's public roots) passes with the system's CAs.
 	SSLMode string // DB_SSLMODE
+	// SSLRootCert is a PEM file of the CAs that verify the server instead of the system's:
+	// Aurora's own endpoints are signed by the RDS CAs, which no system trust store holds, so a
+	// direct connection with verify-full fails without the RDS bundle. It applies where
+	// SSLMode does; checked at start-up to exist and hold certificates, so a missing bundle
+	// stops the function at init rather than at its first connection.
+	SSLRootCert string // DB_SSLROOTCERT
 
 	// ViaProxy (DB_VIA_PROXY): connections go through RDS Proxy, which refuses timeouts sent
 	// as startup parameters and pins a connection on a named prepared statement or a SET. The
-	// default is true with DB_SECRET_ARN or DB_IAM_AUTH (the deployed shape), false with a URL.
+	// default is true with DB_SECRET_ARN or DB_IAM_AUTH, false with a URL; template.yaml sets
+	// it from DatabaseViaProxy, since only the stack knows whether DB_HOST is the proxy. Set
+	// true on a direct connection, the functions would send no timeouts at all.
 	ViaProxy bool
 
 	MaxConns         int32         // DB_MAX_CONNS: one per Lambda environment
@@ -126,6 +138,7 @@ func Load(getenv func(string) string) (Config, error) {
 			Name:             r.text("DB_NAME"),
 			Region:           r.text("AWS_REGION"),
 			SSLMode:          r.oneOf("DB_SSLMODE", "verify-full", "disable", "require", "verify-ca", "verify-full"),
+			SSLRootCert:      r.text("DB_SSLROOTCERT"),
 			ViaProxy:         r.booleanOr("DB_VIA_PROXY", r.text("DATABASE_URL") == ""),
 			MaxConns:         int32(r.integer("DB_MAX_CONNS", 1, 1, 1000)),
 			StatementTimeout: r.millis("DB_STATEMENT_TIMEOUT_MS", DefaultStatementTimeoutMS),
@@ -169,6 +182,38 @@ func (d Database) check() error {
 		return fmt.Errorf("config: DATABASE_URL, DB_SECRET_ARN and DB_IAM_AUTH are alternatives; set only one")
 	case d.IAMAuth && (d.Host == "" || d.User == "" || d.Name == "" || d.Region == ""):
 		return fmt.Errorf("config: DB_IAM_AUTH=true needs DB_HOST, DB_USER, DB_NAME and AWS_REGION")
+	}
+	return d.checkRootCert()
+}
+
+// checkRootCert refuses a DB_SSLROOTCERT that would be ignored, or that verifies nothing: a
+// path that is not there, or a file that is not PEM certificates, would otherwise surface only
+// as a TLS failure at the first connection, with the setting's name nowhere in it.
+func (d Database) checkRootCert() error {
+	switch {
+	case d.SSLRootCert == "":
+		return nil
+	case d.URL != "":
+		return fmt.Errorf("config: DB_SSLROOTCERT applies to DB_SECRET_ARN and DB_IAM_AUTH connections; a DATABASE_URL carries its own (sslrootcert=...)")
+	case d.SSLMode == "disable":
+		return fmt.Errorf("config: DB_SSLROOTCERT is set, but DB_SSLMODE=disable sends no TLS for it to verify")
+	}
+	raw, err := os.ReadFile(d.SSLRootCert)
+	if err != nil {
+		return fmt.Errorf("config: DB_SSLROOTCERT: %v", err)
+	}
+	certs := 0
+	for block, rest := pem.Decode(raw); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type != "CERTIFICATE" {
+			return fmt.Errorf("config: DB_SSLROOTCERT %s holds a PEM %q block; it must hold CA certificates only", d.SSLRootCert, block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("config: DB_SSLROOTCERT %s: certificate %d does not parse: %v", d.SSLRootCert, certs+1, err)
+		}
+		certs++
+	}
+	if certs == 0 {
+		return fmt.Errorf("config: DB_SSLROOTCERT %s holds no PEM certificate", d.SSLRootCert)
 	}
 	return nil
 }

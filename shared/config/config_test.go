@@ -1,6 +1,16 @@
 package config_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"maps"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +148,108 @@ func TestDatabaseSource(t *testing.T) {
 	if err != nil || !c.Database.IAMAuth || c.Database.Port != 5432 {
 		t.Errorf("IAM auth: %+v, %v", c.Database, err)
 	}
+}
+
+// caPEM is a freshly made self-signed CA certificate, PEM-encoded, as a bundle file holds it.
+func caPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test RDS root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func writeFile(t *testing.T, content []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bundle.pem")
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// DB_SSLROOTCERT is checked at start-up: a bundle of certificates is taken, and anything that
+// would fail only at the first connection — no such file, not PEM, a key where certificates
+// belong — or that would be ignored — beside a DATABASE_URL, or with TLS off — stops start-up
+// with one line naming it.
+func TestSSLRootCert(t *testing.T) {
+	t.Parallel()
+	secret := map[string]string{"DB_SECRET_ARN": "arn:aws:secretsmanager:x", "DB_VIA_PROXY": "false"}
+	ca := caPEM(t)
+	bundle := writeFile(t, append(append([]byte{}, ca...), caPEM(t)...))
+	c, err := config.Load(env(withEnv(secret, "DB_SSLROOTCERT", bundle)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.SSLRootCert != bundle || c.Database.SSLMode != "verify-full" {
+		t.Errorf("root cert %q, mode %q", c.Database.SSLRootCert, c.Database.SSLMode)
+	}
+	if c, err := config.Load(env(secret)); err != nil || c.Database.SSLRootCert != "" {
+		t.Errorf("unset: %q, %v", c.Database.SSLRootCert, err)
+	}
+	for name, kv := range map[string]map[string]string{
+		"no such file": withEnv(secret, "DB_SSLROOTCERT", filepath.Join(t.TempDir(), "missing.pem")),
+		"not PEM":      withEnv(secret, "DB_SSLROOTCERT", writeFile(t, []byte("not a certificate\n"))),
+		"empty":        withEnv(secret, "DB_SSLROOTCERT", writeFile(t, nil)),
+		"a private key": withEnv(secret, "DB_SSLROOTCERT",
+			writeFile(t, append(append([]byte{}, ca...), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}})...))),
+		"a broken certificate": withEnv(secret, "DB_SSLROOTCERT",
+			writeFile(t, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("garbage")}))),
+		"beside a URL": {"DATABASE_URL": "postgres://x/y", "DB_SSLROOTCERT": bundle},
+		"with TLS off": withEnv(secret, "DB_SSLROOTCERT", bundle, "DB_SSLMODE", "disable"),
+	} {
+		_, err := config.Load(env(kv))
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "DB_SSLROOTCERT") || strings.Contains(msg, "\n") {
+			t.Errorf("%s: want one line naming DB_SSLROOTCERT, got %q", name, msg)
+		}
+	}
+}
+
+// Whether the host is RDS Proxy is the stack's to say (DB_VIA_PROXY): set false beside the
+// secret, the connection is direct, so the timeouts are the functions' own and may be set.
+func TestViaProxyIsTheStacksChoice(t *testing.T) {
+	t.Parallel()
+	secret := map[string]string{"DB_SECRET_ARN": "arn:aws:secretsmanager:x"}
+	for _, c := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{secret, true},
+		{withEnv(secret, "DB_VIA_PROXY", "true"), true},
+		{withEnv(secret, "DB_VIA_PROXY", "false"), false},
+		{map[string]string{"DATABASE_URL": "postgres://x/y"}, false},
+	} {
+		cfg, err := config.Load(env(c.env))
+		if err != nil || cfg.Database.ViaProxy != c.want {
+			t.Errorf("%v: via proxy %t, %v; want %t", c.env, cfg.Database.ViaProxy, err, c.want)
+		}
+	}
+	direct := withEnv(secret, "DB_VIA_PROXY", "false", "DB_STATEMENT_TIMEOUT_MS", "3000", "DB_LOCK_TIMEOUT_MS", "1000")
+	c, err := config.Load(env(direct))
+	if err != nil || c.Database.StatementTimeout != 3*time.Second || c.Database.LockTimeout != time.Second {
+		t.Errorf("a direct connection's own timeouts: %+v, %v", c.Database, err)
+	}
+}
+
+// withEnv is base plus more, as a new map.
+func withEnv(base map[string]string, more ...string) map[string]string {
+	out := maps.Clone(base)
+	for i := 0; i+1 < len(more); i += 2 {
+		out[more[i]] = more[i+1]
+	}
+	return out
 }

@@ -55,7 +55,7 @@ func PoolParams(ctx context.Context, db config.Database, loadAWS LoadAWS) (store
 		if err != nil {
 			return p, fmt.Errorf("dbcreds: load the AWS configuration: %w", err)
 		}
-		p.URL = dsn(db.User, "", db.Host, db.Port, db.Name, db.SSLMode)
+		p.URL = dsn(db.User, "", db.Host, db.Port, db.Name, db)
 		p.BeforeConnect = iamToken(db, cfg)
 		return p, nil
 	}
@@ -101,7 +101,7 @@ func fromSecret(ctx context.Context, sm SecretsManager, db config.Database) (str
 	case host == "" || name == "":
 		return "", errors.New("dbcreds: no database host or name (set DB_HOST and DB_NAME, or put host and dbname in the secret)")
 	}
-	return dsn(s.Username, s.Password, host, port, name, db.SSLMode), nil
+	return dsn(s.Username, s.Password, host, port, name, db), nil
 }
 
 func trimQuotes(b []byte) []byte {
@@ -124,13 +124,20 @@ func iamToken(db config.Database, cfg aws.Config) func(context.Context, *pgx.Con
 	}
 }
 
-func dsn(user, password, host string, port int, name, sslmode string) string {
+// dsn is the connection URL pgx parses. TLS is db's: its sslmode, and sslrootcert when a CA
+// bundle is configured, which pgx then verifies the server against in place of the system's
+// CAs (for verify-full, the host name too; for require, pgx verifies the chain as verify-ca).
+func dsn(user, password, host string, port int, name string, db config.Database) string {
 	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: "/" + name}
 	if password != "" {
 		u.User = url.UserPassword(user, password)
 	} else {
 		u.User = url.User(user)
 	}
-	u.RawQuery = url.Values{"sslmode": {sslmode}}.Encode()
+	q := url.Values{"sslmode": {db.SSLMode}}
+	if db.SSLRootCert != "" {
+		q.Set("sslrootcert", db.SSLRootCert)
+	}
+	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -2,15 +2,28 @@ package dbcreds_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -164,5 +177,148 @@ func TestIAMTokenPerConnection(t *testing.T) {
 	}
 	if minted.Load() != 2 {
 		t.Fatalf("%d tokens for 2 connections", minted.Load())
+	}
+}
+
+// issuer is a CA that signs server certificates, as the RDS CA signs Aurora's.
+type issuer struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newIssuer(t *testing.T, name string) issuer {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return issuer{cert, key}
+}
+
+// bundle writes the CA's certificate as a PEM file, the shape of RDS's global-bundle.pem.
+func (ca issuer) bundle(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bundle.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// serve starts a server that answers PostgreSQL's SSLRequest, offers a certificate of ca for
+// 127.0.0.1, and hangs up at the first byte the client sends over TLS: what a client's
+// verification of the server decides is whether it sends one. It counts the clients that did.
+func (ca issuer) serve(t *testing.T) (int, *atomic.Int32) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var done atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+				var req [8]byte // length 8, then the SSLRequest code
+				if _, err := io.ReadFull(conn, req[:]); err != nil || binary.BigEndian.Uint32(req[4:]) != 80877103 {
+					return
+				}
+				if _, err := conn.Write([]byte("S")); err != nil {
+					return
+				}
+				// In TLS 1.3 the server's side of the handshake may end before the client has
+				// checked the certificate: the client's first message (the startup packet) is
+				// what says it accepted it.
+				var first [1]byte
+				if _, err := io.ReadFull(tls.Server(conn, cfg), first[:]); err == nil {
+					done.Add(1)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, &done
+}
+
+// DB_SSLROOTCERT is what pgx verifies the server by: with the bundle of the CA that signed the
+// server's certificate, pgx sends its startup packet over TLS (the stand-in then hangs up); with another
+// CA's bundle, or with none — the system's CAs, which is how an Aurora endpoint fails without
+// RDS's bundle — pgx refuses the certificate before sending anything.
+func TestRootCertVerifiesTheServer(t *testing.T) {
+	t.Parallel()
+	rds, other := newIssuer(t, "test RDS root"), newIssuer(t, "another root")
+	connect := func(port int, mode, rootCert string) error {
+		db := config.Database{IAMAuth: true, Host: "127.0.0.1", Port: port, User: "mediator", Name: "mediator",
+			Region: "eu-west-1", SSLMode: mode, SSLRootCert: rootCert, MaxConns: 1}
+		p, err := dbcreds.PoolParams(context.Background(), db, awsAt("http://unused"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := url.Parse(p.URL); got.Query().Get("sslrootcert") != rootCert {
+			t.Errorf("the connection URL's sslrootcert is %q, want %q", got.Query().Get("sslrootcert"), rootCert)
+		}
+		pool, err := store.Connect(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		return pool.Ping(context.Background())
+	}
+	for _, c := range []struct {
+		name, mode, rootCert string
+		verified             bool
+	}{
+		{"verify-full, the server's CA", "verify-full", rds.bundle(t), true},
+		{"verify-ca, the server's CA", "verify-ca", rds.bundle(t), true},
+		{"verify-full, another CA", "verify-full", other.bundle(t), false},
+		{"verify-full, the system's CAs", "verify-full", "", false},
+	} {
+		// A server of its own for each case: pgx may try a connection again after the
+		// stand-in hangs up, and a late try must not count for the next case.
+		port, accepted := rds.serve(t)
+		err := connect(port, c.mode, c.rootCert)
+		if err == nil {
+			t.Fatalf("%s: connected to a server that speaks no PostgreSQL", c.name)
+		}
+		// The stand-in counts the client's first byte before the client sees it hang up; give it
+		// that moment.
+		deadline := time.Now().Add(2 * time.Second)
+		for c.verified && accepted.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		refused := strings.Contains(err.Error(), "certificate")
+		if verified := accepted.Load() > 0; verified != c.verified || refused == c.verified {
+			t.Errorf("%s: server verified %t, certificate refused %t (%v); want verified %t", c.name, verified, refused, err, c.verified)
+		}
 	}
 }

@@ -68,7 +68,11 @@ var (
 	passwordMode    = withParams(vpcParams, "DatabaseSecretArn", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:mediator-db-AbCdEf")
 	iamMode         = withParams(vpcParams, "DatabaseIamAuth", "true", "ProxyResourceId", "prx-0123456789abcdef0")
 	throwawayParams = map[string]string{"DatabaseUrl": "postgres://mediator:pw@db.example.com:5432/mediator"}
-	jwtParams       = []string{"AuthorizerType", "JWT", "JwtIssuer", "https://issuer.example.com", "JwtAudience", "client-1"}
+	// rdsBundle is where the build puts RDS's CA bundle in every function (Makefile, RDS_CA_BUNDLE).
+	rdsBundle  = "/var/task/rds-global-bundle.pem"
+	directMode = withParams(passwordMode, "DatabaseViaProxy", "false", "DatabaseSslRootCert", rdsBundle,
+		"DatabaseHost", "mediator-db-cluster.cluster-abc.eu-west-1.rds.amazonaws.com")
+	jwtParams = []string{"AuthorizerType", "JWT", "JwtIssuer", "https://issuer.example.com", "JwtAudience", "client-1"}
 )
 
 // Each rule refuses the combinations it names and accepts the ones a deploy uses.
@@ -105,6 +109,16 @@ func TestTemplateRulesRefuseWhatCannotWork(t *testing.T) {
 		// Nodes sign with IAM in every stack: without the node role no caller is a node.
 		{"JWT without the node role", withParams(passwordMode, append(slices.Clone(jwtParams), "IamNodeRole", "")...), []string{"NodesSignAsTheNodeRole[0]"}},
 		{"IAM without the node role", withParams(passwordMode, "IamNodeRole", ""), []string{"NodesSignAsTheNodeRole[0]"}},
+		// Direct connections: the database's certificate is the RDS CA's, not one the system trusts.
+		{"password mode, straight to the cluster with RDS's bundle", directMode, nil},
+		{"straight to the cluster on the system's CAs", withParams(directMode, "DatabaseSslRootCert", ""), []string{"DirectConnectionsTrustTheRdsCa[0]"}},
+		{"IAM auth straight to the cluster", withParams(iamMode, "DatabaseViaProxy", "false", "DatabaseSslRootCert", rdsBundle),
+			[]string{"IamAuthNeedsTheProxy[2]"}},
+		{"IAM auth straight to the cluster on the system's CAs", withParams(iamMode, "DatabaseViaProxy", "false"),
+			[]string{"DirectConnectionsTrustTheRdsCa[0]", "IamAuthNeedsTheProxy[2]"}},
+		{"the proxy with a bundle of one's own", withParams(passwordMode, "DatabaseSslRootCert", rdsBundle), nil},
+		{"a throwaway database by URL, directly", withParams(throwawayParams, "DatabaseViaProxy", "false"), nil},
+		{"a URL and a root certificate", withParams(throwawayParams, "DatabaseSslRootCert", rdsBundle), []string{"ARootCertIsForTheSecretOrIam[0]"}},
 		{"subnets without security groups", withParams(passwordMode, "SecurityGroupIds", ""), []string{"SubnetsComeWithSecurityGroups[0]"}},
 		{"security groups without subnets", withParams(passwordMode, "SubnetIds", ""), []string{"SubnetsComeWithSecurityGroups[0]"}},
 	}

@@ -2,20 +2,30 @@ package httpapi_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"maps"
+	"math/big"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"mediator/shared/auth"
+	"mediator/shared/config"
 	"mediator/shared/httpapi"
 )
 
@@ -457,4 +467,74 @@ func checkFunctionsMayPublish(t *testing.T, cfn map[string]any, resolve cfnEval,
 	if bus && cfnAt(resources, "EventsPolicy", "Properties", "PolicyDocument", "Statement") == nil {
 		t.Error("no EventsPolicy")
 	}
+}
+
+// What the stack's database parameters say reaches every function as the settings config reads:
+// each function's environment, as SAM's transform leaves it and CloudFormation resolves it, is
+// loaded by shared/config itself. A direct connection is not via the proxy (so its timeouts are
+// sent at connect) and verifies the database by the CA bundle; the proxy's default is via it.
+func TestTemplateSettingsReachTheConfig(t *testing.T) {
+	t.Parallel()
+	tpl := readCFN(t, "../../template.yaml")
+	bundle := filepath.Join(t.TempDir(), "rds-global-bundle.pem")
+	if err := os.WriteFile(bundle, testCA(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		params   map[string]string
+		viaProxy bool
+		rootCert string
+	}{
+		{"password mode", passwordMode, true, ""},
+		{"straight to the cluster", withParams(directMode, "DatabaseSslRootCert", bundle), false, bundle},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfn := transformed(t, c.params)
+			values, err := parameterValues(tpl, c.params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conditions, _ := cfnAt(cfn, "Conditions").(map[string]any)
+			resolve := cfnEval{params: values, conditions: conditions}
+			for _, id := range resourcesOf(cfn, "AWS::Lambda::Function") {
+				vars, err := resolve.eval(cfnAt(cfn, "Resources", id, "Properties", "Environment", "Variables"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				env := map[string]string{"AWS_REGION": "eu-west-1"}
+				for k, v := range vars.(map[string]any) {
+					s, ok := v.(string)
+					if !ok {
+						t.Fatalf("%s: %s is %v, which CloudFormation does not resolve to a string here", id, k, v)
+					}
+					env[k] = s
+				}
+				cfg, err := config.Load(func(k string) string { return env[k] })
+				if err != nil {
+					t.Fatalf("%s: the functions would not start: %v", id, err)
+				}
+				if cfg.Database.ViaProxy != c.viaProxy || cfg.Database.SSLRootCert != c.rootCert {
+					t.Errorf("%s: via proxy %t, root cert %q; want %t, %q", id, cfg.Database.ViaProxy, cfg.Database.SSLRootCert, c.viaProxy, c.rootCert)
+				}
+			}
+		})
+	}
+}
+
+// testCA is a self-signed CA certificate in PEM, the shape of a CA bundle.
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -178,10 +178,23 @@ func TestTemplateFunctionsHaveCode(t *testing.T) {
 	fake := fakeGo(t)
 	for _, id := range functions {
 		name := strings.ToLower(strings.TrimSuffix(id, "Function"))
-		calls := fake.make(t, "build-"+id, "ARTIFACTS_DIR=/x")
+		calls := fake.make(t, "build-"+id, "ARTIFACTS_DIR=/x", "RDS_CA_BUNDLE=")
 		want := goBuild("linux", "arm64", "/x/bootstrap", "./functions/"+name)
 		if len(calls) != 1 || !slices.Equal(calls[0], want) {
 			t.Errorf("make build-%s runs\n%q\nnot\n%q", id, calls, want)
+		}
+	}
+	// RDS's CA bundle, when the checkout has it, goes into every package where
+	// DatabaseSslRootCert's /var/task/rds-global-bundle.pem finds it.
+	bundle := filepath.Join(t.TempDir(), "global-bundle.pem")
+	if err := os.WriteFile(bundle, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range functions {
+		artifacts := t.TempDir()
+		fake.make(t, "build-"+id, "ARTIFACTS_DIR="+artifacts, "RDS_CA_BUNDLE="+bundle)
+		if got, err := os.ReadFile(filepath.Join(artifacts, "rds-global-bundle.pem")); err != nil || string(got) != "-----BEGIN CERTIFICATE-----\n" {
+			t.Errorf("make build-%s with RDS_CA_BUNDLE does not ship it as rds-global-bundle.pem: %v", id, err)
 		}
 	}
 	var want [][]string
