@@ -127,6 +127,7 @@ type noValue struct{}
 type cfnEval struct {
 	params     map[string]any
 	conditions map[string]any
+	mappings   map[string]any
 	strict     bool
 }
 
@@ -199,6 +200,23 @@ func (e cfnEval) call(fn string, arg any, whole map[string]any) (any, error) {
 			return e.eval(args[1])
 		}
 		return e.eval(args[2])
+	case "Fn::FindInMap":
+		if len(args) != 3 || e.mappings == nil {
+			break
+		}
+		var keys []string
+		for _, a := range args {
+			k, err := e.eval(a)
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, fmt.Sprint(k))
+		}
+		v := cfnAt(e.mappings, keys...)
+		if v == nil {
+			return nil, fmt.Errorf("Fn::FindInMap %v: no such entry", keys)
+		}
+		return v, nil
 	case "Fn::Equals", "Fn::Contains", "Fn::EachMemberEquals", "Fn::Join":
 		if len(args) != 2 {
 			return nil, fmt.Errorf("%s takes 2 arguments: %v", fn, arg)

@@ -119,6 +119,14 @@ func TestTemplateRulesRefuseWhatCannotWork(t *testing.T) {
 		{"the proxy with a bundle of one's own", withParams(passwordMode, "DatabaseSslRootCert", rdsBundle), nil},
 		{"a throwaway database by URL, directly", withParams(throwawayParams, "DatabaseViaProxy", "false"), nil},
 		{"a URL and a root certificate", withParams(throwawayParams, "DatabaseSslRootCert", rdsBundle), []string{"ARootCertIsForTheSecretOrIam[0]"}},
+		// The node routes' throttle table is the default TTL's: another cadence needs its own.
+		{"10,000 nodes", withParams(passwordMode, "FleetSize", "10000"), nil},
+		{"a 30 s TTL without the node throttle", withParams(passwordMode, "LeaseTtlSeconds", "30"),
+			[]string{"NodeThrottleFollowsTheCadence[0]", "NodeThrottleFollowsTheCadence[1]"}},
+		{"a 30 s TTL with the node throttle", withParams(passwordMode, "LeaseTtlSeconds", "30", "NodeRateLimit", "400", "NodeBurstLimit", "800"), nil},
+		{"a 30 s TTL with a node rate alone", withParams(passwordMode, "LeaseTtlSeconds", "30", "NodeRateLimit", "400"),
+			[]string{"NodeThrottleFollowsTheCadence[1]", "NodeThrottleGivenWhole[0]"}},
+		{"a node burst alone", withParams(passwordMode, "NodeBurstLimit", "800"), []string{"NodeThrottleGivenWhole[0]"}},
 		{"subnets without security groups", withParams(passwordMode, "SecurityGroupIds", ""), []string{"SubnetsComeWithSecurityGroups[0]"}},
 		{"security groups without subnets", withParams(passwordMode, "SubnetIds", ""), []string{"SubnetsComeWithSecurityGroups[0]"}},
 	}

@@ -209,7 +209,7 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 				}
 			}
 
-			// Throttles: every route its own default budget, the public ones a smaller one.
+			// Throttles: every route a budget of its own, by its caller (throttleFindings).
 			stages := resourcesOf(cfn, "AWS::ApiGatewayV2::Stage")
 			if len(stages) != 1 {
 				t.Fatalf("stages %v", stages)
@@ -218,21 +218,8 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 			if cfnAt(stage, "StageName") != "$default" || cfnAt(stage, "AutoDeploy") != true {
 				t.Errorf("stage %v: want $default, auto-deployed", stage)
 			}
-			for key, want := range map[string]string{"ThrottlingRateLimit": "ThrottlingRateLimit", "ThrottlingBurstLimit": "ThrottlingBurstLimit"} {
-				if cfnAt(stage, "DefaultRouteSettings", key, "Ref") != want {
-					t.Errorf("DefaultRouteSettings.%s is not the parameter %s", key, want)
-				}
-			}
-			routeSettings, _ := cfnAt(stage, "RouteSettings").(map[string]any)
-			if keys := slices.Sorted(maps.Keys(routeSettings)); !slices.Equal(keys, public) {
-				t.Errorf("routes with a throttle of their own: %v, want the public ones %v", keys, public)
-			}
-			for key, s := range routeSettings {
-				for _, k := range []string{"ThrottlingRateLimit", "ThrottlingBurstLimit"} {
-					if cfnAt(s, k, "Ref") != "PublicRouteRateLimit" {
-						t.Errorf("%s: %s is not PublicRouteRateLimit", key, k)
-					}
-				}
+			for _, f := range throttleFindings(t, cfn, resolve, values) {
+				t.Error(f)
 			}
 
 			checkMigrationComesFirst(t, cfn, params["EventBusName"])
