@@ -132,7 +132,8 @@ func routesFor(c httpapi.Caller) []string {
 // What CloudFormation receives, for each authorizer: exactly the route table, each route
 // invoking its function with API Gateway allowed to, each route authorized as its caller needs
 // (securityFindings), the settings that map callers to principals in every function, the
-// throttles, and the migration ordered before every function that needs the schema.
+// throttles, each function's policies, and the migration ordered before every function that
+// needs the schema.
 func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 	t.Parallel()
 	public := publicRoutes(t)
@@ -223,7 +224,9 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 			}
 
 			checkMigrationComesFirst(t, cfn, params["EventBusName"])
-			checkFunctionsMayPublish(t, cfn, resolve, params["EventBusName"] != "")
+			for _, f := range policyFindings(t, cfn, resolve, params) {
+				t.Error(f)
+			}
 			checkFunctionsKnowTheCallers(t, cfn)
 			if cfnAt(cfn, "Rules") == nil {
 				t.Error("the transform dropped the Rules")
@@ -426,34 +429,6 @@ func toAnys(v any) []any {
 		return out
 	}
 	return nil
-}
-
-// checkFunctionsMayPublish: with a bus named, every function's role may put events on it, and
-// its environment names it; without, no role may.
-func checkFunctionsMayPublish(t *testing.T, cfn map[string]any, resolve cfnEval, bus bool) {
-	t.Helper()
-	resources := cfnAt(cfn, "Resources").(map[string]any)
-	for _, id := range resourcesOf(cfn, "AWS::Lambda::Function") {
-		role, _ := cfnAt(resources, id, "Properties", "Role", "Fn::GetAtt").([]any)
-		if len(role) != 2 {
-			t.Errorf("%s: role %v", id, cfnAt(resources, id, "Properties", "Role"))
-			continue
-		}
-		arns, err := resolve.eval(cfnAt(resources, role[0].(string), "Properties", "ManagedPolicyArns"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		may := slices.ContainsFunc(toAnys(arns), func(a any) bool { return cfnAt(a, "Ref") == "EventsPolicy" })
-		if may != bus {
-			t.Errorf("%s may publish events: %t, want %t", id, may, bus)
-		}
-		if cfnAt(resources, id, "Properties", "Environment", "Variables", "EVENT_BUS_NAME", "Ref") != "EventBusName" {
-			t.Errorf("%s: EVENT_BUS_NAME is not the EventBusName parameter", id)
-		}
-	}
-	if bus && cfnAt(resources, "EventsPolicy", "Properties", "PolicyDocument", "Statement") == nil {
-		t.Error("no EventsPolicy")
-	}
 }
 
 // What the stack's database parameters say reaches every function as the settings config reads:

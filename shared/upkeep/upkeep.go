@@ -23,9 +23,9 @@ import (
 
 // Reap is the reap function's handler: it runs the store's sweep once per scheduled event,
 // publishes the run events handlers left unpublished, logs the summary as one structured line
-// and answers it.
+// whose counts are CloudWatch metrics (metrics.go), and answers it.
 func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.ReapSummary, error) {
-	st, log := d.Store, d.Log
+	st, log, function := d.Store, d.Log, functionName()
 	return func(ctx context.Context, ev events.EventBridgeEvent) (store.ReapSummary, error) {
 		sum, err := st.Reap(ctx)
 		if err == nil {
@@ -40,11 +40,7 @@ func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.
 			log.Error("reap failed", "event_id", ev.ID, "error", err.Error(), "summary", sum)
 			return sum, err
 		}
-		log.Info("reap", "event_id", ev.ID, "expired", sum.Expired, "cancelled", sum.Cancelled,
-			"timed_out", sum.TimedOut, "queue_timed_out", sum.QueueTimedOut, "retired", sum.Retired,
-			"unservable", sum.Unservable, "promoted", sum.Promoted, "stranded_runs_recovered", sum.Stranded,
-			"outage_grace", sum.OutageGrace, "pruned", sum.Pruned, "published", sum.Published,
-			"unfinished", sum.Unfinished)
+		log.Info("reap", reapAttrs(ev.ID, function, time.Now(), sum)...)
 		return sum, nil
 	}
 }
