@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"mediator/shared/httpapi"
+	"mediator/shared/wire"
 )
 
 // statements are a policy document's statements, each an !If's true branch where one wraps it.
@@ -189,4 +190,109 @@ func TestAdminRoleNeedsMFA(t *testing.T) {
 	if v := path(s, "Condition", "StringEquals", "sts:RoleSessionName"); v == nil || v.Value != "${aws:username}" {
 		t.Error("an admin's session name is not its IAM user name")
 	}
+}
+
+// iamLike is IAM's StringLike: * any run of characters, ? any one, the rest literal.
+func iamLike(pattern, value string) bool {
+	re := "^" + strings.NewReplacer(`\*`, ".*", `\?`, ".").Replace(regexp.QuoteMeta(pattern)) + "$"
+	return regexp.MustCompile(re).MatchString(value)
+}
+
+// sessionName is what STS takes as a role session name (AssumeRole, RoleSessionName).
+var sessionName = regexp.MustCompile(`^[\w+=,.@-]{2,64}$`)
+
+// A lab machine's node id is its certificate's CN, as its session name: the node role's trust
+// must accept a session exactly when the name is one a node id can be (shared/wire.IDPattern),
+// so no certificate yields credentials for a node that every heartbeat would then refuse. The
+// trust is evaluated here as IAM does — its StringEquals pins the name to the CN, its
+// StringNotLike refuses what no node id holds — over every name of two characters and names
+// with each character inside, at the end, and at the length limits.
+func TestLabCertificateNamesAreNodeIDs(t *testing.T) {
+	t.Parallel()
+	tmpl := loadFile(t, "access.yaml")
+	var cond *yaml.Node
+	for _, s := range statements(path(get(tmpl, "Resources"), "NodeRole", "Properties", "AssumeRolePolicyDocument")) {
+		if v := path(s, "Principal", "Service"); v != nil && v.Value == "rolesanywhere.amazonaws.com" {
+			cond = get(s, "Condition")
+		}
+	}
+	if cond == nil {
+		t.Fatal("no Roles Anywhere statement in the node role's trust")
+	}
+	if ops := keys(cond); !slices.Equal(ops, []string{"ArnEquals", "StringEquals", "StringNotLike"}) {
+		t.Fatalf("the Roles Anywhere statement's conditions are %v; this test evaluates ArnEquals, StringEquals and StringNotLike", ops)
+	}
+	refused := scalars(path(cond, "StringNotLike", "sts:RoleSessionName"))
+	if len(keys(get(cond, "StringNotLike"))) != 1 || len(refused) == 0 {
+		t.Fatal("StringNotLike: want patterns of sts:RoleSessionName alone")
+	}
+	trusts := func(name string) bool { // with the CN equal to the name, as StringEquals requires
+		return !slices.ContainsFunc(refused, func(p string) bool { return iamLike(p, name) }) // NOR, as IAM negates a list
+	}
+	alphabet := "abcxyzABCXYZ0123456789_+=,.@-"
+	var names []string
+	for _, a := range alphabet {
+		for _, b := range alphabet {
+			names = append(names, string(a)+string(b), "n"+string(a)+string(b)+"1")
+		}
+	}
+	names = append(names, strings.Repeat("n", 64), "i-0123456789abcdef0", "rpi-4.lab_2")
+	checked := 0
+	for _, name := range names {
+		if !sessionName.MatchString(name) {
+			continue // STS refuses it before any trust policy is read
+		}
+		checked++
+		if got, want := trusts(name), wire.IDPattern.MatchString(name); got != want {
+			t.Errorf("CN %q: the trust accepts it %t, the node-id pattern %t", name, got, want)
+		}
+	}
+	if checked < 1000 {
+		t.Fatalf("only %d names checked", checked)
+	}
+}
+
+// The admin role trusts the account, with MFA, so that the principals' own policies decide who
+// among the account assumes it: AdminGroup's policy allows sts:AssumeRole on the admin role and
+// on nothing else, and nothing else in the stack grants sts:AssumeRole at all. Trusting any
+// principal outside the account, or "*", would let policies this stack does not hold decide.
+func TestAdminGroupDecidesWhoAssumesTheAdminRole(t *testing.T) {
+	t.Parallel()
+	tmpl := loadFile(t, "access.yaml")
+	res := get(tmpl, "Resources")
+	for _, s := range statements(path(res, "AdminRole", "Properties", "AssumeRolePolicyDocument")) {
+		if p := get(s, "Principal"); !slices.Equal(keys(p), []string{"AWS"}) || get(p, "AWS").Value != "arn:${AWS::Partition}:iam::${AWS::AccountId}:root" {
+			t.Errorf("the admin role trusts %v, want this account alone", keys(p))
+		}
+	}
+	grants := map[string][]string{} // resource → the roles its policies let assume
+	walk(res, func(n *yaml.Node) {
+		if get(n, "Effect") == nil || !slices.ContainsFunc(scalars(get(n, "Action")), func(a string) bool {
+			return a == "sts:AssumeRole" || a == "sts:*" || a == "*"
+		}) || get(n, "Principal") != nil {
+			return // a trust statement (it has a Principal), or no grant of sts:AssumeRole
+		}
+		for _, id := range keys(res) {
+			if contains(get(res, id), n) {
+				for _, r := range get(n, "Resource").Content {
+					target, _ := refTarget(r)
+					grants[id] = append(grants[id], target)
+				}
+				if len(get(n, "Resource").Content) == 0 {
+					target, _ := refTarget(get(n, "Resource"))
+					grants[id] = append(grants[id], target)
+				}
+			}
+		}
+	})
+	if len(grants) != 1 || !slices.Equal(grants["AdminGroup"], []string{"AdminRole"}) {
+		t.Errorf("sts:AssumeRole is granted by %v, want by AdminGroup on AdminRole alone", grants)
+	}
+}
+
+// contains reports whether n is in the tree under root.
+func contains(root, n *yaml.Node) bool {
+	found := false
+	walk(root, func(m *yaml.Node) { found = found || m == n })
+	return found
 }
