@@ -3,8 +3,6 @@
 -- owner with no run in that state, its whole history.
 --
 -- Built in the migration's one transaction (golang-migrate sends the file as one query), so
--- writes to runs wait for the build; the statement timeout (the proxy's, through RDS Proxy) is
--- lifted for that transaction only.
-SET LOCAL statement_timeout = 0;
+-- writes to runs wait for the build.
 CREATE INDEX runs_state_recent ON runs (state, created_at DESC, run_id DESC);
 CREATE INDEX runs_owner_state_recent ON runs (owner, state, created_at DESC, run_id DESC);

@@ -1,6 +1,3 @@
--- The index on runs is built in the migration's transaction: lift the statement timeout for it.
-SET LOCAL statement_timeout = 0;
-
 -- Run events out to EventBridge, through an outbox: an event is recorded in the transaction
 -- that made the change (run_events, append-only), and, while publishing is on, marked
 -- unpublished in the same transaction by a trigger — so a change committed is an event that

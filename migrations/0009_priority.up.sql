@@ -1,7 +1,6 @@
 -- Priorities: 0 to 100, higher first; the queue orders by priority, then arrival. queue_rank is
 -- the priority turned so that the whole queue order ascends — (queue_rank, created_at, run_id) —
 -- and one row comparison or one index scan serves it. Derived, never written.
-SET LOCAL statement_timeout = 0;
 ALTER TABLE runs ADD COLUMN priority smallint NOT NULL DEFAULT 50,
     ADD CONSTRAINT runs_priority_range CHECK (priority BETWEEN 0 AND 100),
     ADD COLUMN queue_rank smallint GENERATED ALWAYS AS (100 - priority) STORED;

@@ -7,7 +7,6 @@
 -- ahead of its own, the seconds of its own minute ahead of its own, and the runs of its own
 -- second ahead of it: bounded by how many buckets hold queued runs and by how many runs arrive
 -- in one second, not by the depth.
-SET LOCAL statement_timeout = 0;
 
 -- The bucket of an arrival time at a grain: whole spans since the epoch, whatever the session's
 -- time zone. The trigger and the store's queue_position both read it, so they cannot disagree.

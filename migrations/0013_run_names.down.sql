@@ -1,5 +1,4 @@
 -- Runs whose names another owner shares keep their keys as their ids.
-SET LOCAL statement_timeout = 0;
 DROP INDEX runs_recent, runs_owner_recent, runs_state_recent, runs_owner_state_recent, runs_by_name;
 ALTER TABLE runs DROP CONSTRAINT runs_owner_name_key;
 ALTER TABLE runs DROP COLUMN name;

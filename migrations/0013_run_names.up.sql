@@ -5,9 +5,6 @@
 -- logs name it by. A run stored before keeps its id as its key. The listing order and its
 -- indexes take the name before the key, so that a client's page boundary (created_at, name) says
 -- nothing of a key.
---
--- Built in the migration's one transaction; the statement timeout is lifted for it only.
-SET LOCAL statement_timeout = 0;
 ALTER TABLE runs ADD COLUMN name mediator_id;
 UPDATE runs SET name = run_id;
 ALTER TABLE runs ALTER COLUMN name SET NOT NULL;

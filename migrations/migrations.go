@@ -5,6 +5,7 @@ package migrations
 import (
 	"embed"
 	"fmt"
+	"io/fs"
 )
 
 // FS is every NNNN_name.up.sql / .down.sql file of this folder.
@@ -13,8 +14,11 @@ import (
 var FS embed.FS
 
 // Latest is the version of the newest migration: the schema this build expects.
-func Latest() uint {
-	entries, _ := FS.ReadDir(".")
+func Latest() uint { return LatestOf(FS) }
+
+// LatestOf is the version of the newest migration in fsys, a folder laid out as this one.
+func LatestOf(fsys fs.FS) uint {
+	entries, _ := fs.ReadDir(fsys, ".")
 	var latest uint
 	for _, e := range entries {
 		var v uint

@@ -5,6 +5,8 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,12 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/aws/aws-lambda-go/events"
 
 	"mediator/localdev/emulator"
 	"mediator/localdev/testdb"
 	"mediator/migrations"
 	"mediator/shared/store"
+	"mediator/shared/upkeep"
 	"mediator/shared/wire"
 )
 
@@ -356,6 +360,64 @@ func TestDeployedArm64BootstrapsUnderTheEmulator(t *testing.T) {
 			continue
 		}
 		t.Logf("cold start (arm64 under qemu): %-8s init %v", name, d.Round(time.Millisecond))
+	}
+}
+
+// The migrate bootstrap builds nothing before lambda.Start: with a setting it cannot start
+// with, it still answers a deploy's custom resource at the event's response URL — the Create
+// FAILED, naming the setting, and the rollback's Delete SUCCESS — where an init error would
+// answer nothing and leave the stack waiting for CloudFormation's timeout.
+func TestMigrateAnswersCloudFormationWithABadSettingUnderTheEmulator(t *testing.T) {
+	t.Parallel()
+	rie, bins := host.built(t)
+	ctx := context.Background()
+	f, err := emulator.StartUnder(ctx, rie, "", bins["migrate"], "migrate",
+		[]string{"DATABASE_URL=postgres://mediator@127.0.0.1:1/mediator", "LEASE_TTL_SECONDS=sixty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	answers := make(chan cfn.Response, 4)
+	s3 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var resp cfn.Response
+		if err := json.NewDecoder(r.Body).Decode(&resp); r.Method != http.MethodPut || err != nil {
+			t.Errorf("the response URL got %s (%v)", r.Method, err)
+		}
+		answers <- resp
+	}))
+	t.Cleanup(s3.Close)
+	for _, kind := range []cfn.RequestType{cfn.RequestCreate, cfn.RequestDelete} {
+		ev := cfn.Event{
+			RequestType: kind, RequestID: "req-" + string(kind), ResponseURL: s3.URL + "/response?X-Amz-Signature=1",
+			ResourceType: "Custom::DatabaseSchema", LogicalResourceID: "DatabaseSchema",
+			StackID:            "arn:aws:cloudformation:eu-west-1:123456789012:stack/mediator/1",
+			ResourceProperties: map[string]any{"ServiceToken": "arn:aws:lambda:eu-west-1:123456789012:function:migrate", "CodeVersion": "1"},
+		}
+		if kind == cfn.RequestDelete {
+			ev.PhysicalResourceID = upkeep.SchemaResourceID
+		}
+		b, _ := json.Marshal(ev)
+		if out, err := f.Invoke(ctx, b); err != nil {
+			t.Fatalf("%s: %s %v\n%s", kind, out, err, f.Log())
+		}
+		// The PUT was answered before the function returned.
+		var resp cfn.Response
+		select {
+		case resp = <-answers:
+		default:
+			t.Fatalf("%s: nothing was PUT to the response URL\n%s", kind, f.Log())
+		}
+		want := cfn.StatusFailed
+		if kind == cfn.RequestDelete {
+			want = cfn.StatusSuccess
+		}
+		if resp.Status != want || resp.RequestID != ev.RequestID || resp.PhysicalResourceID != upkeep.SchemaResourceID ||
+			(want == cfn.StatusFailed && !strings.Contains(resp.Reason, "LEASE_TTL_SECONDS")) {
+			t.Fatalf("%s answered %+v", kind, resp)
+		}
+	}
+	if len(answers) != 0 {
+		t.Fatalf("%d answers more than the events", len(answers))
 	}
 }
 

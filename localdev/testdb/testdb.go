@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -152,6 +153,31 @@ func schemaHash() string {
 		return nil
 	})
 	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// MigrationsWith is migrations.FS with files added or replaced (name → SQL): a migration of the
+// test's own after the real ones — one that fails, one that waits — migrates a database of this
+// package, which is at migrations.Latest() already.
+func MigrationsWith(files map[string]string) fstest.MapFS {
+	out := fstest.MapFS{}
+	_ = fs.WalkDir(migrations.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := migrations.FS.ReadFile(p)
+		out[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	for name, sql := range files {
+		out[name] = &fstest.MapFile{Data: []byte(sql)}
+	}
+	return out
+}
+
+// NextMigration is the file name of a migration after the real ones: NextMigration("slow") is
+// 0014_slow.up.sql when migrations.Latest() is 13.
+func NextMigration(name string) string {
+	return fmt.Sprintf("%04d_%s.up.sql", migrations.Latest()+1, name)
 }
 
 func withDatabase(serverURL, name string) string {

@@ -1,6 +1,8 @@
-// Package startup is what every Lambda main does before lambda.Start: read the configuration,
-// set up JSON logs, open the store and check the schema. Any failure prints one line and exits,
-// which Lambda reports as an init error instead of serving with a bad setting.
+// Package startup is what every Lambda main does before lambda.Start (Init): read the
+// configuration, set up JSON logs, open the store and check the schema. Any failure prints one
+// line and exits, which Lambda reports as an init error instead of serving with a bad setting.
+// The migrate function alone opens inside its handler (Open), to answer CloudFormation whatever
+// fails.
 package startup
 
 import (
@@ -35,34 +37,38 @@ type Deps struct {
 // Init prepares a function that serves requests: it refuses to start when the database's
 // schema is behind this build.
 func Init(name string) Deps {
-	d := open(name)
-	if err := CheckSchema(context.Background(), d.Store); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := Open(ctx, name, os.Getenv)
+	if err == nil {
+		d.Publisher, err = Publisher(ctx, d.Config, d.Store, d.Log)
+	}
+	if err == nil {
+		err = CheckSchema(ctx, d.Store)
+	}
+	if err != nil {
 		exit(name, err)
 	}
 	return d
 }
 
-// InitMigrator prepares the migrate function, which is the one that may find the schema behind.
-func InitMigrator(name string) Deps { return open(name) }
-
-func open(name string) Deps {
-	cfg, err := config.Load(os.Getenv)
+// Open reads the configuration through getenv (os.Getenv in a function), sets up the JSON log
+// and opens the store, which connects when first used; it publishes nothing (Init adds the
+// Publisher). It returns what failed instead of exiting: the migrate function opens inside its
+// handler, where a bad setting or an unreadable secret is an answer to CloudFormation, not an
+// init error CloudFormation never hears of.
+func Open(ctx context.Context, name string, getenv func(string) string) (Deps, error) {
+	cfg, err := config.Load(getenv)
 	if err != nil {
-		exit(name, err)
+		return Deps{}, err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).With("function", name)
 	slog.SetDefault(log)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	st, err := OpenStore(ctx, cfg, "mediator-"+name, log)
 	if err != nil {
-		exit(name, err)
+		return Deps{}, err
 	}
-	pub, err := Publisher(ctx, cfg, st, log)
-	if err != nil {
-		exit(name, err)
-	}
-	return Deps{Store: st, Config: cfg, Log: log, Publisher: pub}
+	return Deps{Store: st, Config: cfg, Log: log}, nil
 }
 
 // Publisher is the run events' publisher when EVENT_BUS_NAME names a bus, else nil. Its

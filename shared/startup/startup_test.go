@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"mediator/localdev/testdb"
+	"mediator/shared/startup"
 	"mediator/shared/store"
 )
 
@@ -69,5 +70,16 @@ func TestSchemaBehindStopsStartUp(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "run the migrate function") {
 		t.Fatalf("want one line saying to run the migrate function, got %q", stderr)
+	}
+}
+
+// The migrate function opens inside its handler: a bad setting comes back as an error that
+// names it, for the handler to answer, and the process goes on (Init would exit).
+func TestMigratorOpenReturnsABadSetting(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none", "LEASE_TTL_SECONDS": "sixty"}
+	_, err := startup.Open(context.Background(), "migrate", func(name string) string { return env[name] })
+	if err == nil || !strings.Contains(err.Error(), "LEASE_TTL_SECONDS") {
+		t.Fatalf("opened with LEASE_TTL_SECONDS=sixty: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"maps"
@@ -26,7 +27,8 @@ const regenerate = "go test ./shared/store -run TestSQLGolden -update"
 
 // sentSQL is the text of every statement the store sends, by file name without .sql: each
 // statement of sql/*.sql under its name; one with a slot as each of its fillings
-// (list_runs.owner+state); one built per width as widths 1 to 3 (submit_candidates.width2);
+// (list_runs.owner+state; the migrator's session settings as a migration without a deadline
+// sets them); one built per width as widths 1 to 3 (submit_candidates.width2);
 // and one a Store writes its settings into (bound) as a Store with the default settings
 // sends it — never the text it is written from, which is never sent.
 func sentSQL(t *testing.T) map[string]string {
@@ -44,6 +46,8 @@ func sentSQL(t *testing.T) map[string]string {
 	for width := 1; width <= 3; width++ {
 		out[fmt.Sprintf("submit_candidates.width%d", width)] = candidatesSQL(width).sql
 	}
+	// A migration with no deadline: the longest statement timeout.
+	out["migrator_session.longest"] = migratorSessionTimeouts(context.Background()).sql
 	cfg, err := config.Load(func(name string) string { return map[string]string{"DATABASE_URL": "postgres://golden"}[name] })
 	if err != nil {
 		t.Fatal(err)

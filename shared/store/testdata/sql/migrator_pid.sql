@@ -1,0 +1,2 @@
+/* migrate: pid */
+SELECT pg_backend_pid()
