@@ -6,6 +6,7 @@ package upkeep
 
 import (
 	"context"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
