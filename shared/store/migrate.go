@@ -14,15 +14,17 @@ import (
 	"mediator/migrations"
 )
 
-// Migrate applies every migration of migrations.FS that the database does not have yet and
-// returns the schema version it is at. Already current is success, not an error.
+// Migrate applies every migration of migrations.FS that the database does not have yet, then
+// grants the application role app what serving needs (grantApp, roles.go), and returns the
+// schema version it is at. Already current is success, not an error, and grants all the same.
+// The connection is the migrator's: what the migrations create, it owns.
 //
 // A schema ahead of this build — a rollback to the previous release, whose migrations stop
 // short of the database's — is left as it is: migrations never take away what the previous
 // release uses, so the previous code runs on the newer schema, and going down would drop what
 // the newer code wrote.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
-	return withMigrator(pool, func(m *migrate.Migrate) error {
+func Migrate(ctx context.Context, pool *pgxpool.Pool, app AppRole) (uint, error) {
+	v, err := withMigrator(pool, func(m *migrate.Migrate) error {
 		if v, dirty, err := m.Version(); err == nil && !dirty && v > migrations.Latest() {
 			return nil
 		}
@@ -31,6 +33,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		return 0, err
+	}
+	return v, grantApp(ctx, pool, app)
 }
 
 // MigrateDown undoes every migration. Only tests call it: the round trip, and those that need an
@@ -87,6 +93,8 @@ func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, er
 
 var schemaVersionStmt = stmt("schema_version")
 
-// Migrate applies the migrations this build has and the database lacks (the migrate
-// function's work), through the store's own pool.
-func (s *Store) Migrate(ctx context.Context) (uint, error) { return Migrate(ctx, s.pool) }
+// Migrate applies the migrations this build has and the database lacks, and grants app what
+// serving needs (the migrate function's work), through the store's own pool.
+func (s *Store) Migrate(ctx context.Context, app AppRole) (uint, error) {
+	return Migrate(ctx, s.pool, app)
+}

@@ -13,6 +13,7 @@ import (
 
 	"mediator/localdev/testdb"
 	"mediator/migrations"
+	"mediator/shared/config"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
@@ -65,6 +66,24 @@ func (e *cfnEndpoint) event(kind string) json.RawMessage {
 	return b
 }
 
+// migrator is the migrate function's view of an empty database: its store, as the migrator,
+// and its settings, which name the application role to grant to.
+func migrator(t *testing.T) startup.Deps {
+	t.Helper()
+	st := emptyDatabase(t)
+	cfg, err := config.Load(func(name string) string {
+		if name == "DATABASE_URL" {
+			return "postgres://set-apart.invalid/mediator" // the store is the test's own
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database.AppUser = testdb.Roles().App
+	return startup.Deps{Store: st, Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
 func emptyDatabase(t *testing.T) *store.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -84,9 +103,10 @@ func emptyDatabase(t *testing.T) *store.Store {
 // schema and answers SUCCESS; the physical id never changes.
 func TestMigrationAsACustomResource(t *testing.T) {
 	t.Parallel()
-	st := emptyDatabase(t)
+	d := migrator(t)
+	st := d.Store
 	cf := newCFNEndpoint(t)
-	handler := upkeep.Migrate(startup.Deps{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	handler := upkeep.Migrate(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a Lambda's deadline
 	defer cancel()
 	for _, kind := range []string{"Create", "Update", "Delete"} {
@@ -116,13 +136,14 @@ func TestMigrationAsACustomResource(t *testing.T) {
 // an hour on.
 func TestAFailedMigrationAnswersFailed(t *testing.T) {
 	t.Parallel()
-	st := emptyDatabase(t)
+	d := migrator(t)
+	st := d.Store
 	// A migration that failed half-way leaves the schema dirty, and golang-migrate refuses to go on.
 	if _, err := st.Pool().Exec(context.Background(), `TRUNCATE schema_migrations; INSERT INTO schema_migrations VALUES (1, true)`); err != nil {
 		t.Fatal(err)
 	}
 	cf := newCFNEndpoint(t)
-	handler := upkeep.Migrate(startup.Deps{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	handler := upkeep.Migrate(d)
 	if _, err := handler(context.Background(), cf.event("Update")); err != nil {
 		t.Fatalf("the handler failed to answer: %v", err)
 	}
@@ -135,9 +156,10 @@ func TestAFailedMigrationAnswersFailed(t *testing.T) {
 // that is success, and the schema is left as it is (the previous code runs on it).
 func TestASchemaAheadOfTheBuildIsLeftAlone(t *testing.T) {
 	t.Parallel()
-	st := emptyDatabase(t)
+	d := migrator(t)
+	st := d.Store
 	ctx := context.Background()
-	if _, err := st.Migrate(ctx); err != nil {
+	if _, err := st.Migrate(ctx, store.AppRole{Name: d.Config.Database.AppUser}); err != nil {
 		t.Fatal(err)
 	}
 	ahead := migrations.Latest() + 1
@@ -145,7 +167,7 @@ func TestASchemaAheadOfTheBuildIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	cf := newCFNEndpoint(t)
-	if _, err := upkeep.Migrate(startup.Deps{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})(ctx, cf.event("Update")); err != nil {
+	if _, err := upkeep.Migrate(d)(ctx, cf.event("Update")); err != nil {
 		t.Fatal(err)
 	}
 	if resp := <-cf.got; resp["Status"] != "SUCCESS" {

@@ -82,7 +82,12 @@ func Migrate(d startup.Deps) func(context.Context, json.RawMessage) (any, error)
 }
 
 func migrate(ctx context.Context, d startup.Deps) (uint, error) {
-	v, err := d.Store.Migrate(ctx)
+	// The application role, which the migration grants to: every other function's login.
+	app, err := startup.AppRole(ctx, d.Config)
+	var v uint
+	if err == nil {
+		v, err = d.Store.Migrate(ctx, app)
+	}
 	if err == nil {
 		err = d.Store.SetPublishing(ctx, d.Config.EventBusName != "")
 	}
