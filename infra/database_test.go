@@ -236,8 +236,8 @@ func TestOutputsTheSAMStackNeeds(t *testing.T) {
 	tmpl := loadTemplate(t)
 	outputs := get(tmpl, "Outputs")
 	for _, name := range []string{
-		"ProxyEndpoint", "DatabaseName", "SecretArn", "FunctionSecurityGroupId",
-		"PrivateSubnetIds", "ProxyArn", "DbUser", "ProxyResourceId",
+		"ProxyEndpoint", "DatabaseName", "SecretArn", "AppSecretArn", "FunctionSecurityGroupId",
+		"PrivateSubnetIds", "ProxyArn", "DbUser", "AppDbUser", "ProxyResourceId",
 	} {
 		out := get(outputs, name)
 		if out == nil {
@@ -429,6 +429,67 @@ func TestProxyRequiresTLSAndSpeaksPostgreSQL(t *testing.T) {
 		}
 		if v := get(props, "RequireTLS"); v == nil || v.Value != "true" {
 			t.Errorf("%s: RequireTLS is not true", id)
+		}
+	}
+}
+
+// Each role's secret is a login of the proxy: in its Auth list, readable by its role, and by
+// the functions through the Secrets Manager endpoint. The migrator's is the master login's;
+// the application role's username is AppUser, a role name the functions accept, by default
+// the one they grant to.
+func TestTheProxyLogsInEachRole(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	res := get(tmpl, "Resources")
+	secrets := resourcesOfType(tmpl, "AWS::SecretsManager::Secret")
+	if !slices.Equal(secrets, []string{"DatabaseSecret", "AppSecret"}) {
+		t.Fatalf("secrets %v, want the master's and the application role's", secrets)
+	}
+	refs := func(n *yaml.Node) []string {
+		var ids []string
+		walk(n, func(n *yaml.Node) {
+			if id, ok := refTarget(n); ok {
+				ids = append(ids, id)
+			}
+		})
+		return ids
+	}
+	var auth []string
+	for _, a := range path(res, "DatabaseProxy", "Properties", "Auth").Content {
+		auth = append(auth, refs(get(a, "SecretArn"))...)
+		if v := get(a, "IAMAuth"); v == nil || v.Tag != "!Ref" || v.Value != "ProxyIamAuth" {
+			t.Errorf("an Auth entry's IAMAuth is not ProxyIamAuth: every login takes the same mode")
+		}
+	}
+	for where, got := range map[string][]string{
+		"the proxy's Auth list":        auth,
+		"the proxy's role":             refs(path(res, "ProxyRole", "Properties", "Policies")),
+		"the Secrets Manager endpoint": refs(path(res, "SecretsManagerEndpoint", "Properties", "PolicyDocument")),
+	} {
+		for _, secret := range secrets {
+			if !slices.Contains(got, secret) {
+				t.Errorf("%s leaves out %s", where, secret)
+			}
+		}
+	}
+	master := path(res, "DatabaseCluster", "Properties", "MasterUsername")
+	if master == nil || !strings.Contains(master.Value, "${DatabaseSecret}") {
+		t.Errorf("the master login is not DatabaseSecret's: %v", master)
+	}
+	user := path(tmpl, "Parameters", "AppUser")
+	if v := get(user, "AllowedPattern"); v == nil || v.Value != config.RolePattern {
+		t.Errorf("AppUser's AllowedPattern is not config.RolePattern %s", config.RolePattern)
+	}
+	if v := get(user, "Default"); v == nil || v.Value != config.DefaultAppUser {
+		t.Errorf("AppUser's default is not %s, the role the migrate function grants to unless told", config.DefaultAppUser)
+	}
+	tpl := path(res, "AppSecret", "Properties", "GenerateSecretString", "SecretStringTemplate")
+	if tpl == nil || !strings.Contains(tpl.Value, `"username":"${AppUser}"`) {
+		t.Errorf("AppSecret's username is not AppUser: %v", tpl)
+	}
+	for _, id := range []string{"DatabaseSecretAttachment", "AppSecretAttachment"} {
+		if path(res, id, "Type") == nil || path(res, id, "Type").Value != "AWS::SecretsManager::SecretTargetAttachment" {
+			t.Errorf("no %s: the secret would lack the host and port of the RDS shape", id)
 		}
 	}
 }

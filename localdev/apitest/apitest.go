@@ -2,7 +2,10 @@
 // call is an events.APIGatewayV2HTTPRequest built by the local gateway's converter, with the
 // principal in the authorizer context, sent to the handler of the function that owns the
 // route, over a store on a database of the test's own. Every answer is checked against the
-// OpenAPI document (contract.go): an exchange it does not describe fails the test.
+// OpenAPI document (contract.go): an exchange it does not describe fails the test. The store
+// logs in as the application role, as every serving function does, so every handler test also
+// proves the role's grants suffice; the test's own reads and writes around the handlers
+// (Exec, Count) go as the migrator, the schema's owner.
 package apitest
 
 import (
@@ -19,6 +22,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"mediator/localdev/gateway"
 	"mediator/localdev/testdb"
@@ -52,7 +56,8 @@ type Env struct {
 	Deps      startup.Deps
 	Functions map[string]httpapi.Handler
 	gw        *gateway.Gateway
-	database  string // the URL of the test's database, without the session's settings
+	database  string        // the URL of the test's database, as the migrator, without the session's settings
+	owner     *pgxpool.Pool // the test's database as the migrator: Exec, Count and the like
 }
 
 // Option changes how the test's Mediator is built.
@@ -93,7 +98,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	if o.database == "" {
 		o.database = testdb.URL(t)
 	}
-	url, err := withSession(o.database, o.session)
+	url, err := withSession(testdb.App(o.database), o.session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +126,11 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	owner, err := pgxpool.New(ctx, o.database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
 	d := startup.Deps{Store: st, Config: cfg, Log: log}
 	if o.publisher != nil {
 		d.Publisher = o.publisher(st, log)
@@ -130,7 +140,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	fns := httpapi.Functions(d)
 	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns,
-		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}, database: o.database}
+		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}, database: o.database, owner: owner}
 }
 
 // Response is a handler's answer.
@@ -255,11 +265,11 @@ func (e *Env) Reap() store.ReapSummary {
 	return sum
 }
 
-// Exec runs SQL directly: tests use it to move time (write expires_at in the past) and to
-// check invariants, never to set up what a handler could.
+// Exec runs SQL directly, as the migrator: tests use it to move time (write expires_at in the
+// past), to check invariants and to analyze, never to set up what a handler could.
 func (e *Env) Exec(sql string, args ...any) {
 	e.T.Helper()
-	if _, err := e.Store.Pool().Exec(context.Background(), sql, args...); err != nil {
+	if _, err := e.owner.Exec(context.Background(), sql, args...); err != nil {
 		e.T.Fatalf("exec %q: %v", sql, err)
 	}
 }
@@ -268,7 +278,7 @@ func (e *Env) Exec(sql string, args ...any) {
 func (e *Env) Count(sql string, args ...any) int {
 	e.T.Helper()
 	var n int
-	if err := e.Store.Pool().QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := e.owner.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
 		e.T.Fatalf("count %q: %v", sql, err)
 	}
 	return n
@@ -320,7 +330,7 @@ func (e *Env) Wake() store.WakeResult {
 func (e *Env) State(runID string) string {
 	e.T.Helper()
 	var state string
-	if err := e.Store.Pool().QueryRow(context.Background(), `SELECT state FROM runs WHERE run_id = $1`, runID).Scan(&state); err != nil {
+	if err := e.owner.QueryRow(context.Background(), `SELECT state FROM runs WHERE run_id = $1`, runID).Scan(&state); err != nil {
 		e.T.Fatalf("state of %s: %v", runID, err)
 	}
 	return state
@@ -363,7 +373,7 @@ func (e *Env) Report(node, boot string, epoch int64, runID, stepID, status strin
 func (e *Env) Epoch(node string) int64 {
 	e.T.Helper()
 	var epoch int64
-	_ = e.Store.Pool().QueryRow(context.Background(), `SELECT epoch FROM leases WHERE node_id = $1`, node).Scan(&epoch)
+	_ = e.owner.QueryRow(context.Background(), `SELECT epoch FROM leases WHERE node_id = $1`, node).Scan(&epoch)
 	return epoch
 }
 
@@ -394,6 +404,6 @@ func (e *Env) Finish(node, boot, runID, status string) {
 
 func (e *Env) labels(node string) []string {
 	var labels []string
-	_ = e.Store.Pool().QueryRow(context.Background(), `SELECT labels FROM nodes WHERE node_id = $1`, node).Scan(&labels)
+	_ = e.owner.QueryRow(context.Background(), `SELECT labels FROM nodes WHERE node_id = $1`, node).Scan(&labels)
 	return labels
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"mediator/localdev/devserver"
 	"mediator/localdev/gateway"
@@ -24,7 +25,11 @@ import (
 
 // bench holds the stack and everything measured.
 type bench struct {
-	stack   *devserver.Stack
+	stack *devserver.Stack
+	// admin is Mediator's database as the server's administrative login: the bench's own
+	// setup, CHECKPOINT, VACUUM and the statement statistics, which neither of Mediator's
+	// roles may do; the handlers go through the stack's store, as the application role.
+	admin   *pgxpool.Pool
 	db      string // Mediator's database, whose statements the server-time figures sum
 	counter *pgcount.Counter
 	dur     time.Duration

@@ -90,7 +90,7 @@ func pgbenchBinary() (string, error) {
 
 // database creates (afresh) a database on the benchmark's server and returns its URL.
 func (b *bench) database(ctx context.Context, name string) (string, error) {
-	return devserver.EnsureDatabase(ctx, b.stack.Config.Database.URL, name, true)
+	return devserver.EnsureDatabase(ctx, b.stack.AdminURL, name, true)
 }
 
 // noop is River's unit of work here: nothing, so what is measured is the queue.

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"mediator/localdev/devserver"
 	"mediator/localdev/pgcount"
 )
@@ -77,8 +79,13 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	prof.pool = s.Store.Pool()
-	b := &bench{stack: s, counter: counter, dur: time.Duration(*seconds) * time.Second}
+	admin, err := pgxpool.New(ctx, s.AdminURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	prof.pool = admin
+	b := &bench{stack: s, admin: admin, counter: counter, dur: time.Duration(*seconds) * time.Second}
 	if err := b.checkStatements(ctx); err != nil {
 		return err
 	}

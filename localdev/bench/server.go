@@ -18,7 +18,7 @@ var statementSettings = []string{"shared_preload_libraries=pg_stat_statements", 
 // it is not restarted under whoever uses it, the message says how to stop it.
 func (b *bench) checkStatements(ctx context.Context) error {
 	var libs, track, planning string
-	if err := b.stack.Store.Pool().QueryRow(ctx, `SELECT current_database(), current_setting('shared_preload_libraries'),
+	if err := b.admin.QueryRow(ctx, `SELECT current_database(), current_setting('shared_preload_libraries'),
 		coalesce(current_setting('pg_stat_statements.track', true), ''),
 		coalesce(current_setting('pg_stat_statements.track_planning', true), '')`).Scan(&b.db, &libs, &track, &planning); err != nil {
 		return err
@@ -37,7 +37,7 @@ func (b *bench) checkStatements(ctx context.Context) error {
 // resetServerTime forgets what database db's statements have cost so far (the other
 // databases' statements are kept).
 func (b *bench) resetServerTime(ctx context.Context, db string) error {
-	_, err := b.stack.Store.Pool().Exec(ctx,
+	_, err := b.admin.Exec(ctx,
 		`SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)`, db)
 	return err
 }
@@ -51,7 +51,7 @@ func (b *bench) resetServerTime(ctx context.Context, db string) error {
 // statements are top-level, counted once.) Not in it: parse and bind, the commit itself and
 // its WAL flush, waiting on the network or for a connection.
 func (b *bench) serverTime(ctx context.Context, db string) (map[string]float64, error) {
-	rows, err := b.stack.Store.Pool().Query(ctx, `
+	rows, err := b.admin.Query(ctx, `
 		SELECT coalesce(substring(query FROM '^/\* (.*?) \*/'), ''), sum(total_exec_time + total_plan_time)
 		FROM pg_stat_statements
 		WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = $1)

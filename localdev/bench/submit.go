@@ -130,14 +130,14 @@ func oneStep(id, need string) map[string]any {
 }
 
 func (b *bench) exec(ctx context.Context, sql string) error {
-	_, err := b.stack.Store.Pool().Exec(ctx, sql)
+	_, err := b.admin.Exec(ctx, sql)
 	return err
 }
 
 // setup runs sql in one transaction without the statement timeout the pool's connections
 // carry for requests: the bench's bulk writes are not requests.
 func (b *bench) setup(ctx context.Context, sql string) error {
-	tx, err := b.stack.Store.Pool().Begin(ctx)
+	tx, err := b.admin.Begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -42,10 +42,14 @@ type Options struct {
 
 // Stack is a running local Mediator.
 type Stack struct {
-	Config    config.Config
-	Store     *store.Store
-	Log       *slog.Logger
-	Base      string // http://127.0.0.1:port once Serve has started
+	Config config.Config
+	Store  *store.Store
+	Log    *slog.Logger
+	Base   string // http://127.0.0.1:port once Serve has started
+	// AdminURL is the stack's database as the server's administrative login (DATABASE_URL's
+	// user, or the local cluster's superuser): what neither role may do, such as a benchmark's
+	// extensions and statistics, goes through it.
+	AdminURL  string
 	pg        *localpg.Server
 	publisher *publish.Publisher
 	server    *http.Server
@@ -53,7 +57,9 @@ type Stack struct {
 }
 
 // Open brings up PostgreSQL, the database and its schema, and the store — everything but the
-// HTTP server. On error, Stop releases what did start.
+// HTTP server. As deployed, the migration runs as the migrator and the store serves as the
+// application role (localpg.Roles), so what works here works with the grants a deploy gives.
+// On error, Stop releases what did start.
 func Open(ctx context.Context, o Options) (*Stack, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -67,18 +73,31 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return s, err
 	}
-	dbURL := s.pg.URL
+	roles, err := localpg.RolesFromEnv()
+	if err != nil {
+		return s, err
+	}
+	if err := s.pg.EnsureRoles(ctx, roles); err != nil {
+		return s, err
+	}
+	s.AdminURL = s.pg.URL
 	if !s.pg.External || o.Fresh {
-		if dbURL, err = EnsureDatabase(ctx, s.pg.URL, o.Database, o.Fresh); err != nil {
+		if s.AdminURL, err = EnsureDatabase(ctx, s.pg.URL, o.Database, o.Fresh); err != nil {
 			return s, err
 		}
 	}
-	if s.Config, err = LoadConfig(dbURL); err != nil {
+	if err := s.pg.PrepareDatabase(ctx, s.AdminURL, roles); err != nil {
+		return s, err
+	}
+	if s.Config, err = LoadConfig(localpg.As(s.AdminURL, roles.App)); err != nil {
 		return s, err
 	}
 	s.Log = o.Log
 	if s.Log == nil {
 		s.Log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.Config.LogLevel}))
+	}
+	if err := migrate(ctx, localpg.As(s.AdminURL, roles.Migrator), s.Log); err != nil {
+		return s, err
 	}
 	if s.Store, err = startup.OpenStore(ctx, s.Config, "mediator-local", s.Log, o.Tracer); err != nil {
 		return s, err
@@ -88,10 +107,22 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	if s.publisher, err = startup.Publisher(ctx, s.Config, s.Store, s.Log); err != nil {
 		return s, err
 	}
-	if _, err := upkeep.Migrate(s.Deps())(ctx, nil); err != nil {
-		return s, err
-	}
 	return s, nil
+}
+
+// migrate runs the migrate function's handler as the migrator, with this process's settings.
+func migrate(ctx context.Context, migratorURL string, log *slog.Logger) error {
+	cfg, err := LoadConfig(migratorURL)
+	if err != nil {
+		return err
+	}
+	st, err := startup.OpenStore(ctx, cfg, "mediator-local-migrate", log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	_, err = upkeep.Migrate(startup.Deps{Store: st, Config: cfg, Log: log})(ctx, nil)
+	return err
 }
 
 // LoadConfig reads every setting from this process's environment, as a function does; only

@@ -86,7 +86,8 @@ func (b *bootstraps) built(t *testing.T) (string, map[string]string) {
 	return rie, b.bins
 }
 
-// stack runs every function under its own emulator against one database.
+// stack runs every function under its own emulator against one database: the migrate
+// function as the migrator, the others as the application role, as a deploy gives them.
 type stack struct {
 	t   *testing.T
 	fns map[string]*emulator.Function
@@ -97,10 +98,14 @@ func startStack(t *testing.T, b *bootstraps, dbURL string, names ...string) *sta
 	rie, bins := b.built(t)
 	s := &stack{t: t, fns: map[string]*emulator.Function{}}
 	for _, name := range names {
+		login := testdb.App(dbURL)
+		if name == "migrate" {
+			login = dbURL
+		}
 		// IAM_NODE_ROLE as template.yaml passes it by default: the role the node events of
 		// localdev/events are signed by.
 		f, err := emulator.StartUnder(context.Background(), rie, b.with, bins[name], name,
-			[]string{"DATABASE_URL=" + dbURL, "LOG_LEVEL=info", "IAM_NODE_ROLE=mediator-node"})
+			[]string{"DATABASE_URL=" + login, "DB_APP_USER=" + testdb.Roles().App, "LOG_LEVEL=info", "IAM_NODE_ROLE=mediator-node"})
 		if err != nil {
 			t.Fatal(err)
 		}

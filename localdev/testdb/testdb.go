@@ -1,5 +1,8 @@
 // Package testdb gives every test a database of its own: a fresh clone of a migrated template
 // (CREATE DATABASE … TEMPLATE …), so tests run in parallel and never see each other's rows.
+// The cluster's two roles (localpg.Roles) are made once, the template is migrated by the
+// migrator, and its grants name the application role: so each clone is a deployed database in
+// small, which a test reaches as the migrator (URL) or as the application role (App).
 //
 // It finds PostgreSQL exactly as `make dev` does (localpg): DATABASE_URL, or a cluster started
 // from the installed server binaries under .localdev/pg-test. No database is a test failure
@@ -14,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -33,18 +38,22 @@ var clusterSettings = []string{"fsync=off", "synchronous_commit=off", "full_page
 var (
 	once     sync.Once
 	server   *localpg.Server
+	roles    localpg.Roles
 	template string
 	setupErr error
 )
 
-// URL creates a fresh, migrated database for this test and drops it when the test ends.
+// URL creates a fresh, migrated database for this test, drops it when the test ends, and
+// returns it as the migrator logs in: the schema's owner, which migrations, fixtures and any
+// test's DDL need.
 func URL(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { setupErr = setup() })
 	if setupErr != nil {
 		t.Fatalf("testdb: no PostgreSQL for the tests: %v\n"+
 			"Run the tests with `make test` on a machine with the PostgreSQL server installed "+
-			"(Debian/Ubuntu: apt-get install postgresql), or set DATABASE_URL to a server where you may CREATE DATABASE.", setupErr)
+			"(Debian/Ubuntu: apt-get install postgresql), or set DATABASE_URL to a server where you may CREATE DATABASE "+
+			"and CREATE ROLE (or where the roles exist already: see README.md, Two commands).", setupErr)
 	}
 	name := "test_" + randomHex(8)
 	ctx := context.Background()
@@ -60,8 +69,25 @@ func URL(t testing.TB) string {
 			return err
 		})
 	})
-	return withDatabase(server.URL, name)
+	return localpg.As(withDatabase(server.URL, name), roles.Migrator)
 }
+
+// App is the test database dbURL (URL's) as the application role logs in: what every serving
+// function connects as, which may read and write rows and change no schema.
+func App(dbURL string) string { return localpg.As(dbURL, roles.App) }
+
+// Admin is the test database dbURL (URL's) as the cluster's administrative login, for what
+// neither role may do: a test that makes another role own something, say.
+func Admin(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	return withDatabase(server.URL, strings.TrimPrefix(u.Path, "/"))
+}
+
+// Roles are the cluster's roles, once URL has made a database.
+func Roles() localpg.Roles { return roles }
 
 func setup() error {
 	dir, err := localpg.ClusterDir("test")
@@ -72,6 +98,12 @@ func setup() error {
 	defer cancel()
 	server, err = localpg.Ensure(ctx, localpg.Options{Dir: dir, Settings: clusterSettings})
 	if err != nil {
+		return err
+	}
+	if roles, err = localpg.RolesFromEnv(); err != nil {
+		return err
+	}
+	if err := server.EnsureRoles(ctx, roles); err != nil {
 		return err
 	}
 	template, err = ensureTemplate(ctx, "tpl_"+schemaHash())
@@ -98,11 +130,14 @@ func ensureTemplate(ctx context.Context, name string) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	pool, err := store.Connect(ctx, store.PoolParams{URL: withDatabase(server.URL, building), AppName: "testdb"})
+	if err := server.PrepareDatabase(ctx, withDatabase(server.URL, building), roles); err != nil {
+		return "", err
+	}
+	pool, err := store.Connect(ctx, store.PoolParams{URL: localpg.As(withDatabase(server.URL, building), roles.Migrator), AppName: "testdb"})
 	if err != nil {
 		return "", err
 	}
-	_, err = store.Migrate(ctx, pool)
+	_, err = store.Migrate(ctx, pool, store.AppRole{Name: roles.App})
 	pool.Close()
 	if err != nil {
 		return "", err
@@ -141,8 +176,14 @@ func admin(ctx context.Context, fn func(*pgx.Conn) error) error {
 	return fn(c)
 }
 
+// schemaHash names what a template holds: the migrations, the roles they are granted to, and
+// the grants themselves.
 func schemaHash() string {
 	h := sha256.New()
+	h.Write([]byte(roles.Migrator + "\x00" + roles.App + "\x00"))
+	for _, sql := range store.AppGrants(roles.App) {
+		h.Write([]byte(sql + "\x00"))
+	}
 	_ = fs.WalkDir(migrations.FS, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

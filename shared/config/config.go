@@ -48,6 +48,18 @@ const AdminGroupPattern = `^\S{1,128}$`
 
 var adminGroup = regexp.MustCompile(AdminGroupPattern)
 
+// RolePattern is what a database role Mediator names may be: lower case, as an identifier an
+// operator types unquoted in psql folds to (a role "Mediator_App" would answer to no unquoted
+// name), within PostgreSQL's 63 bytes. The SQL quotes the name whatever it is; the pattern
+// keeps it one that reads the same everywhere. infra/database.yaml's AppUser and template.yaml's
+// DatabaseAppUser allow the same, pinned by tests.
+const RolePattern = `^[a-z][a-z0-9_]{0,62}$`
+
+var rolePattern = regexp.MustCompile(RolePattern)
+
+// DefaultAppUser is the application role's name unless DB_APP_USER says otherwise.
+const DefaultAppUser = "mediator_app"
+
 // Database says where the database is and how to reach it. Exactly one of URL, SecretARN and
 // IAMAuth names the credentials.
 type Database struct {
@@ -76,6 +88,15 @@ type Database struct {
 	// it from DatabaseViaProxy, since only the stack knows whether DB_HOST is the proxy. Set
 	// true on a direct connection, the functions would send no timeouts at all.
 	ViaProxy bool
+
+	// AppUser is the application role: the login of every function but migrate, which may
+	// read and write rows and change no schema. The migrate function grants it exactly that
+	// after every migration (shared/store, Migrate); the others ignore it.
+	AppUser string // DB_APP_USER
+	// AppSecretARN is the application role's own secret (RDS JSON shape). Only the migrate
+	// function is given it: it creates the role with the secret's password when the role does
+	// not exist, and sets that password when it does, since RDS Proxy logs in with it.
+	AppSecretARN string // DB_APP_SECRET_ARN
 
 	MaxConns         int32         // DB_MAX_CONNS: one per Lambda environment
 	StatementTimeout time.Duration // DB_STATEMENT_TIMEOUT_MS
@@ -140,6 +161,8 @@ func Load(getenv func(string) string) (Config, error) {
 			SSLMode:          r.oneOf("DB_SSLMODE", "verify-full", "disable", "require", "verify-ca", "verify-full"),
 			SSLRootCert:      r.text("DB_SSLROOTCERT"),
 			ViaProxy:         r.booleanOr("DB_VIA_PROXY", r.text("DATABASE_URL") == ""),
+			AppUser:          r.matchingOr("DB_APP_USER", DefaultAppUser, rolePattern, "a role name: a lower-case letter, then up to 62 lower-case letters, digits or _"),
+			AppSecretARN:     r.text("DB_APP_SECRET_ARN"),
 			MaxConns:         int32(r.integer("DB_MAX_CONNS", 1, 1, 1000)),
 			StatementTimeout: r.millis("DB_STATEMENT_TIMEOUT_MS", DefaultStatementTimeoutMS),
 			LockTimeout:      r.millis("DB_LOCK_TIMEOUT_MS", DefaultLockTimeoutMS),
@@ -260,6 +283,14 @@ func (r *reader) matching(name string, re *regexp.Regexp, want string) string {
 		r.fail(name, want, raw)
 	}
 	return raw
+}
+
+// matchingOr is matching with a default for an unset variable.
+func (r *reader) matchingOr(name, def string, re *regexp.Regexp, want string) string {
+	if v := r.matching(name, re, want); v != "" {
+		return v
+	}
+	return def
 }
 
 func (r *reader) oneOf(name, def string, allowed ...string) string {

@@ -30,7 +30,8 @@ func TestDefaultsAndDerivedValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.LeaseTTL != 60*time.Second || c.MaxRunWidth != 16 || c.MaxBodyBytes != 262144 ||
-		c.Starvation != 600*time.Second || c.NodeRetireAfter != 86400*time.Second || c.Database.MaxConns != 1 {
+		c.Starvation != 600*time.Second || c.NodeRetireAfter != 86400*time.Second || c.Database.MaxConns != 1 ||
+		c.Database.AppUser != config.DefaultAppUser || c.Database.AppSecretARN != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "LEASE_TTL_SECONDS": "90"}))
@@ -55,6 +56,8 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		"LOG_LEVEL":                 {"LOG_LEVEL": "loud"},
 		// API Gateway passes a token's groups separated by spaces: this name could never match.
 		"JWT_ADMIN_GROUP": {"JWT_ADMIN_GROUP": "mediator admins"},
+		// A role name that an unquoted identifier would fold to another name, or no name at all.
+		"DB_APP_USER": {"DB_APP_USER": "Mediator_App"},
 	}
 	for name, kv := range cases {
 		kv["DATABASE_URL"] = "postgres://x/y"

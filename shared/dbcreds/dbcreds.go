@@ -76,14 +76,23 @@ type SecretsManager interface {
 	GetSecretValue(context.Context, *secretsmanager.GetSecretValueInput, ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
 }
 
-func fromSecret(ctx context.Context, sm SecretsManager, db config.Database) (string, error) {
-	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(db.SecretARN)})
-	if err != nil {
-		return "", fmt.Errorf("dbcreds: read the secret DB_SECRET_ARN names: %w", err)
-	}
+// readSecret reads the secret arn, which the variable setting names, in the RDS shape.
+func readSecret(ctx context.Context, sm SecretsManager, arn, setting string) (secret, error) {
 	var s secret
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+	if err != nil {
+		return s, fmt.Errorf("dbcreds: read the secret %s names: %w", setting, err)
+	}
 	if out.SecretString == nil || json.Unmarshal([]byte(*out.SecretString), &s) != nil {
-		return "", errors.New("dbcreds: the DB_SECRET_ARN secret is not JSON in the RDS shape (username, password, host, port, dbname)")
+		return s, fmt.Errorf("dbcreds: the %s secret is not JSON in the RDS shape (username, password, host, port, dbname)", setting)
+	}
+	return s, nil
+}
+
+func fromSecret(ctx context.Context, sm SecretsManager, db config.Database) (string, error) {
+	s, err := readSecret(ctx, sm, db.SecretARN, "DB_SECRET_ARN")
+	if err != nil {
+		return "", err
 	}
 	host, port, name := s.Host, db.Port, s.DBName
 	if p, err := strconv.Atoi(string(trimQuotes(s.Port))); err == nil && p > 0 {
@@ -102,6 +111,32 @@ func fromSecret(ctx context.Context, sm SecretsManager, db config.Database) (str
 		return "", errors.New("dbcreds: no database host or name (set DB_HOST and DB_NAME, or put host and dbname in the secret)")
 	}
 	return dsn(s.Username, s.Password, host, port, name, db), nil
+}
+
+// AppRole is the application role as the migrate function sets it up (store.Migrate):
+// DB_APP_USER, with, when DB_APP_SECRET_ARN is set, the password of that secret, which RDS
+// Proxy logs in with. The secret's username must be DB_APP_USER: the functions log in by the
+// one, the grants go to the other.
+func AppRole(ctx context.Context, db config.Database, loadAWS LoadAWS) (store.AppRole, error) {
+	app := store.AppRole{Name: db.AppUser}
+	if db.AppSecretARN == "" {
+		return app, nil
+	}
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return app, fmt.Errorf("dbcreds: load the AWS configuration: %w", err)
+	}
+	s, err := readSecret(ctx, secretsmanager.NewFromConfig(cfg), db.AppSecretARN, "DB_APP_SECRET_ARN")
+	switch {
+	case err != nil:
+		return app, err
+	case s.Password == "":
+		return app, errors.New("dbcreds: the DB_APP_SECRET_ARN secret has no password")
+	case s.Username != db.AppUser:
+		return app, fmt.Errorf("dbcreds: the DB_APP_SECRET_ARN secret's username is %q, and DB_APP_USER is %q: they name one role", s.Username, db.AppUser)
+	}
+	app.Password = s.Password
+	return app, nil
 }
 
 func trimQuotes(b []byte) []byte {

@@ -322,3 +322,32 @@ func TestRootCertVerifiesTheServer(t *testing.T) {
 		}
 	}
 }
+
+// The migrate function's view of the application role: DB_APP_USER, with the password of its
+// secret when DB_APP_SECRET_ARN names one, whose username must be the same role; without the
+// secret, no AWS call at all.
+func TestAppRoleFromItsSecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:mediator-db-app-AbCdEf"
+	noAWS := func(context.Context) (aws.Config, error) {
+		t.Error("the AWS configuration was loaded without an application secret")
+		return aws.Config{}, nil
+	}
+	if app, err := dbcreds.AppRole(ctx, config.Database{AppUser: "mediator_app"}, noAWS); err != nil || app != (store.AppRole{Name: "mediator_app"}) {
+		t.Errorf("without a secret: %+v, %v", app, err)
+	}
+	srv, _ := standIn(t, arn, `{"username":"mediator_app","password":"s3cret-pw","dbname":"mediator"}`)
+	app, err := dbcreds.AppRole(ctx, config.Database{AppUser: "mediator_app", AppSecretARN: arn}, awsAt(srv.URL))
+	if err != nil || app != (store.AppRole{Name: "mediator_app", Password: "s3cret-pw"}) {
+		t.Errorf("from its secret: %+v, %v", app, err)
+	}
+	_, err = dbcreds.AppRole(ctx, config.Database{AppUser: "mediator_other", AppSecretARN: arn}, awsAt(srv.URL))
+	if err == nil || !strings.Contains(err.Error(), "mediator_other") || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Errorf("a secret of another role: %v; want both names, never the password", err)
+	}
+	srv, _ = standIn(t, arn, `{"username":"mediator_app"}`)
+	if _, err := dbcreds.AppRole(ctx, config.Database{AppUser: "mediator_app", AppSecretARN: arn}, awsAt(srv.URL)); err == nil || !strings.Contains(err.Error(), "no password") {
+		t.Errorf("a secret without a password: %v", err)
+	}
+}

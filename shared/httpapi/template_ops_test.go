@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,15 +26,24 @@ var functionPolicies = []struct {
 	// without subnets holds it unused, which only roles written out by hand would avoid.
 	{"AWSLambdaVPCAccessExecutionRole", allFunctions, always,
 		"in SubnetIds, every function creates and deletes its network interfaces"},
-	{"DatabaseAccessPolicy", allFunctions, func(p map[string]string) bool { return p["DatabaseSecretArn"] != "" || p["DatabaseIamAuth"] == "true" },
-		"every function opens the store at start-up (shared/startup): it reads the secret, or mints rds-db:connect tokens"},
+	{"DatabaseAccessPolicy", servingFunctions, databaseAccess,
+		"every serving function opens the store at start-up (shared/startup) as the application role: it reads that role's secret, or mints rds-db:connect tokens as it"},
+	{"MigratorDatabaseAccessPolicy", []string{"migrate"}, databaseAccess,
+		"the migrate function logs in as the migrator (its secret, or tokens as it) and reads the application role's secret, whose password it gives the role"},
 	{"EventsPolicy", []string{"submit", "nodes", "result", "cancel", "reap"}, func(p map[string]string) bool { return p["EventBusName"] != "" },
 		"they publish run events: the writes' handlers after their commit (httpapi's afterCommit: submit, the heartbeat, " +
 			"node removal and drains, step reports, cancels and priorities), the reaper what is left (publish.Stale). " +
 			"query only reads; migrate turns the outbox on or off in the database, and publishes nothing"},
 }
 
-var allFunctions = []string{"migrate", "submit", "query", "nodes", "result", "cancel", "reap"}
+var (
+	allFunctions     = []string{"migrate", "submit", "query", "nodes", "result", "cancel", "reap"}
+	servingFunctions = allFunctions[1:]
+)
+
+func databaseAccess(p map[string]string) bool {
+	return p["DatabaseSecretArn"] != "" || p["DatabaseIamAuth"] == "true"
+}
 
 func always(map[string]string) bool { return true }
 
@@ -118,12 +128,13 @@ func TestTemplatePolicyCheckBites(t *testing.T) {
 	}
 }
 
-// Async invokers get no retries from Lambda: the schedule's reap (the next one comes in a
-// minute) and CloudFormation's migration (the function answers CloudFormation itself, and a
-// retry would migrate again for a deploy that has moved on). Each EventInvokeConfig is on the
-// qualifier its invoker calls — the unqualified ARN is $LATEST — and exists before the first
-// invocation.
-func TestTemplateAsyncInvocationsAreNotRetried(t *testing.T) {
+// Async invokers get the retries they were given on purpose: none for the schedule's reap (the
+// next one comes in a minute), two for CloudFormation's migration (its handler fails only when
+// its answer to CloudFormation could not be sent, and a retry, migrating idempotently, answers),
+// bounded by an event age that leaves a retry room to answer within the ServiceTimeout. Each
+// EventInvokeConfig is on the qualifier its invoker calls — the unqualified ARN is $LATEST —
+// and exists before the first invocation.
+func TestTemplateAsyncInvocationsAreRetriedDeliberately(t *testing.T) {
 	t.Parallel()
 	cfn := transformed(t, passwordMode)
 	resources := cfnAt(cfn, "Resources").(map[string]any)
@@ -159,8 +170,9 @@ func TestTemplateAsyncInvocationsAreNotRetried(t *testing.T) {
 			t.Errorf("%s configures %s:%v, which is not what invokes it (%q)", id, fn, cfnAt(p, "Qualifier"), q)
 			continue
 		}
-		if fmt.Sprint(cfnAt(p, "MaximumRetryAttempts")) != "0" {
-			t.Errorf("%s: MaximumRetryAttempts %v, want 0", id, cfnAt(p, "MaximumRetryAttempts"))
+		want := map[string]string{"ReapFunction": "0", "MigrateFunction": "2"}[fn]
+		if fmt.Sprint(cfnAt(p, "MaximumRetryAttempts")) != want {
+			t.Errorf("%s: MaximumRetryAttempts %v, want %s", id, cfnAt(p, "MaximumRetryAttempts"), want)
 		}
 		configured[fn] = id
 	}
@@ -175,6 +187,13 @@ func TestTemplateAsyncInvocationsAreNotRetried(t *testing.T) {
 		deps := cfnAt(resources, id, "DependsOn")
 		if !slices.Contains(append(toAnys(deps), deps), any(configured[fn])) {
 			t.Errorf("%s may invoke %s before %s exists (DependsOn %v)", id, fn, configured[fn], deps)
+		}
+		// A retry that starts as late as the event age allows must still answer in time.
+		age, _ := strconv.Atoi(fmt.Sprint(cfnAt(resources, configured[fn], "Properties", "MaximumEventAgeInSeconds")))
+		timeout, _ := strconv.Atoi(fmt.Sprint(cfnAt(resources, fn, "Properties", "Timeout")))
+		service, _ := strconv.Atoi(fmt.Sprint(cfnAt(resources, id, "Properties", "ServiceTimeout")))
+		if age == 0 || timeout == 0 || age+timeout > service {
+			t.Errorf("%s: an event up to %d s old, run for up to %d s, may answer after %s's ServiceTimeout %d s", fn, age, timeout, id, service)
 		}
 	}
 }

@@ -65,9 +65,10 @@ var (
 		"SecurityGroupIds": "sg-0123456789abcdef0",
 		"DatabaseHost":     "mediator-db-proxy.proxy-abc.eu-west-1.rds.amazonaws.com",
 	}
-	passwordMode    = withParams(vpcParams, "DatabaseSecretArn", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:mediator-db-AbCdEf")
-	iamMode         = withParams(vpcParams, "DatabaseIamAuth", "true", "ProxyResourceId", "prx-0123456789abcdef0")
-	throwawayParams = map[string]string{"DatabaseUrl": "postgres://mediator:pw@db.example.com:5432/mediator"}
+	appSecret       = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:mediator-db-app-GhIjKl"
+	passwordMode    = withParams(vpcParams, "DatabaseSecretArn", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:mediator-db-AbCdEf", "DatabaseAppSecretArn", appSecret)
+	iamMode         = withParams(vpcParams, "DatabaseIamAuth", "true", "ProxyResourceId", "prx-0123456789abcdef0", "DatabaseAppSecretArn", appSecret)
+	throwawayParams = map[string]string{"DatabaseUrl": "postgres://mediator:pw@db.example.com:5432/mediator", "DatabaseAppUrl": "postgres://mediator_app:pw@db.example.com:5432/mediator"}
 	// rdsBundle is where the build puts RDS's CA bundle in every function (Makefile, RDS_CA_BUNDLE).
 	rdsBundle  = "/var/task/rds-global-bundle.pem"
 	directMode = withParams(passwordMode, "DatabaseViaProxy", "false", "DatabaseSslRootCert", rdsBundle,
@@ -91,12 +92,22 @@ func TestTemplateRulesRefuseWhatCannotWork(t *testing.T) {
 		{"IAM auth behind JWT", withParams(iamMode, jwtParams...), nil},
 
 		{"no database at all", map[string]string{}, []string{"ExactlyOneDatabaseLogin[0]"}},
+		// Every function but migrate logs in as the application role: it needs a login too.
+		{"a URL without the application role's", withParams(throwawayParams, "DatabaseAppUrl", ""), []string{"TheApplicationHasALoginOfItsOwn[0]"}},
+		{"the application role's URL alone", map[string]string{"DatabaseAppUrl": throwawayParams["DatabaseAppUrl"]},
+			[]string{"ExactlyOneDatabaseLogin[0]", "TheApplicationHasALoginOfItsOwn[0]"}},
+		{"the application role's URL beside the secret", withParams(passwordMode, "DatabaseAppUrl", throwawayParams["DatabaseAppUrl"]), []string{"TheApplicationHasALoginOfItsOwn[0]"}},
+		{"the secret without the application role's", withParams(passwordMode, "DatabaseAppSecretArn", ""), []string{"TheApplicationHasALoginOfItsOwn[1]"}},
+		{"IAM auth without the application role's secret", withParams(iamMode, "DatabaseAppSecretArn", ""), []string{"TheApplicationHasALoginOfItsOwn[1]"}},
+		{"a URL with the application role's secret", withParams(throwawayParams, "DatabaseAppSecretArn", appSecret), []string{"TheApplicationHasALoginOfItsOwn[1]"}},
 		{"no database, in a VPC", vpcParams, []string{"ExactlyOneDatabaseLogin[0]"}},
 		{"the secret and IAM auth", withParams(iamMode, "DatabaseSecretArn", passwordMode["DatabaseSecretArn"]), []string{"ExactlyOneDatabaseLogin[0]"}},
-		{"a URL and the secret", withParams(passwordMode, "DatabaseUrl", throwawayParams["DatabaseUrl"]), []string{"ExactlyOneDatabaseLogin[0]"}},
-		{"a URL and IAM auth", withParams(iamMode, "DatabaseUrl", throwawayParams["DatabaseUrl"]), []string{"ExactlyOneDatabaseLogin[0]"}},
+		{"a URL and the secret", withParams(passwordMode, "DatabaseUrl", throwawayParams["DatabaseUrl"]),
+			[]string{"ExactlyOneDatabaseLogin[0]", "TheApplicationHasALoginOfItsOwn[0]"}},
+		{"a URL and IAM auth", withParams(iamMode, "DatabaseUrl", throwawayParams["DatabaseUrl"]),
+			[]string{"ExactlyOneDatabaseLogin[0]", "TheApplicationHasALoginOfItsOwn[0]"}},
 		{"all three", withParams(iamMode, "DatabaseUrl", throwawayParams["DatabaseUrl"], "DatabaseSecretArn", passwordMode["DatabaseSecretArn"]),
-			[]string{"ExactlyOneDatabaseLogin[0]"}},
+			[]string{"ExactlyOneDatabaseLogin[0]", "TheApplicationHasALoginOfItsOwn[0]"}},
 		{"IAM auth without the proxy's id", withParams(iamMode, "ProxyResourceId", ""), []string{"IamAuthNeedsTheProxy[0]"}},
 		{"IAM auth without the proxy's host", withParams(iamMode, "DatabaseHost", ""), []string{"IamAuthNeedsTheProxy[1]"}},
 		{"IAM auth with neither", withParams(iamMode, "DatabaseHost", "", "ProxyResourceId", ""),
@@ -182,6 +193,23 @@ func TestTemplateAdminGroupIsTheConfigs(t *testing.T) {
 	}
 	if err := checkParameter(tpl, "JwtAdminGroup", "mediator admins"); err == nil {
 		t.Error("JwtAdminGroup accepts a name with a space, which no list API Gateway writes could hold")
+	}
+}
+
+// DatabaseAppUser allows the role names the functions do (config.RolePattern), and defaults to
+// the role they grant to unless told: a name the template accepted and the migrate function
+// refused would deploy a stack that cannot migrate.
+func TestTemplateAppUserIsTheConfigs(t *testing.T) {
+	t.Parallel()
+	tpl := readCFN(t, "../../template.yaml")
+	if got := cfnAt(tpl, "Parameters", "DatabaseAppUser", "AllowedPattern"); got != config.RolePattern {
+		t.Errorf("DatabaseAppUser's AllowedPattern is %v, want %s", got, config.RolePattern)
+	}
+	if got := cfnAt(tpl, "Parameters", "DatabaseAppUser", "Default"); got != config.DefaultAppUser {
+		t.Errorf("DatabaseAppUser's default is %v, want %s", got, config.DefaultAppUser)
+	}
+	if err := checkParameter(tpl, "DatabaseAppUser", `mediator_app"; DROP ROLE mediator; --`); err == nil {
+		t.Error("DatabaseAppUser accepts a name that is no plain role name")
 	}
 }
 

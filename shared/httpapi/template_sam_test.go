@@ -228,6 +228,7 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 				t.Error(f)
 			}
 			checkFunctionsKnowTheCallers(t, cfn)
+			checkEachFunctionLogsInAsItsRole(t, cfn)
 			if cfnAt(cfn, "Rules") == nil {
 				t.Error("the transform dropped the Rules")
 			}
@@ -379,6 +380,39 @@ func checkFunctionsKnowTheCallers(t *testing.T, cfn map[string]any) {
 			if cfnAt(resources, id, "Properties", "Environment", "Variables", env, "Ref") != param {
 				t.Errorf("%s: %s is not the %s parameter", id, env, param)
 			}
+		}
+	}
+}
+
+// checkEachFunctionLogsInAsItsRole: once SAM has merged Globals into each function, the
+// migrate function's login is the migrator's and it knows the application role's, and every
+// other function's login is the application role's and it knows nothing of the migrator's.
+func checkEachFunctionLogsInAsItsRole(t *testing.T, cfn map[string]any) {
+	t.Helper()
+	resources := cfnAt(cfn, "Resources").(map[string]any)
+	migrator := map[string]string{"DATABASE_URL": "DatabaseUrl", "DB_SECRET_ARN": "DatabaseSecretArn", "DB_USER": "DatabaseUser",
+		"DB_APP_USER": "DatabaseAppUser", "DB_APP_SECRET_ARN": "DatabaseAppSecretArn"}
+	app := map[string]string{"DATABASE_URL": "DatabaseAppUrl", "DB_USER": "DatabaseAppUser"}
+	for _, id := range resourcesOf(cfn, "AWS::Lambda::Function") {
+		vars, _ := cfnAt(resources, id, "Properties", "Environment", "Variables").(map[string]any)
+		want := app
+		if id == "MigrateFunction" {
+			want = migrator
+		}
+		for name, param := range want {
+			if cfnAt(vars, name, "Ref") != param {
+				t.Errorf("%s: %s is %v, not the %s parameter", id, name, vars[name], param)
+			}
+		}
+		if id == "MigrateFunction" {
+			continue
+		}
+		// Password mode's login, the application role's secret; none in the other modes.
+		if fmt.Sprint(cfnAt(vars, "DB_SECRET_ARN", "Fn::If")) != "[AppUsesItsSecret map[Ref:DatabaseAppSecretArn] ]" {
+			t.Errorf("%s: DB_SECRET_ARN is %v, not the application role's secret in password mode", id, vars["DB_SECRET_ARN"])
+		}
+		if _, ok := vars["DB_APP_SECRET_ARN"]; ok {
+			t.Errorf("%s is given DB_APP_SECRET_ARN, which only the migrate function reads", id)
 		}
 	}
 }

@@ -160,3 +160,9 @@ SELECT coalesce(array_agg(node_id), '{}') FROM slot`)
 	err := st.queryRow(ctx, tx, named{"nodes": nodes}).Scan(&had)
 	return had, err
 }
+
+// ScramVerifier exposes the stored form of a password, so a test can log in against it as
+// PostgreSQL does, with RFC 7677's exchange.
+func ScramVerifier(password string, salt []byte) (string, error) {
+	return scramVerifier(password, salt)
+}

@@ -51,8 +51,10 @@ const (
 	terminateWait  = 3 * time.Second
 )
 
-// Migrate applies every migration of migrations.FS that the database does not have yet and
-// returns the schema version it is at. Already current is success, not an error.
+// Migrate applies every migration of migrations.FS that the database does not have yet, then
+// grants the application role app what serving needs (grantApp, roles.go), and returns the
+// schema version it is at. Already current is success, not an error, and grants all the same.
+// The connection is the migrator's: what the migrations create, it owns.
 //
 // A schema ahead of this build — a rollback to the previous release, whose migrations stop
 // short of the database's — is left as it is: migrations never take away what the previous
@@ -64,15 +66,15 @@ const (
 // returns a *MigrationTimeoutError within a few seconds (sessionEndWait). A migration that
 // fails leaves the schema at the version before it, clean (versionInMigration), so the serving
 // functions keep starting on it and the next try starts from there.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
-	return MigrateFrom(ctx, pool, migrations.FS)
+func Migrate(ctx context.Context, pool *pgxpool.Pool, app AppRole) (uint, error) {
+	return MigrateFrom(ctx, pool, migrations.FS, app)
 }
 
 // MigrateFrom is Migrate with the migrations of fsys, a folder laid out as migrations/ is:
 // tests give it sets of their own (a migration that fails, one that waits).
-func MigrateFrom(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (uint, error) {
+func MigrateFrom(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, app AppRole) (uint, error) {
 	latest := migrations.LatestOf(fsys)
-	return withMigrator(ctx, pool, fsys, func(m *migrate.Migrate) error {
+	v, err := withMigrator(ctx, pool, fsys, func(m *migrate.Migrate) error {
 		if v, dirty, err := m.Version(); err == nil && !dirty && v > latest {
 			return nil
 		}
@@ -81,6 +83,10 @@ func MigrateFrom(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (uint, err
 		}
 		return nil
 	})
+	if err != nil {
+		return 0, err
+	}
+	return v, grantApp(ctx, pool, app)
 }
 
 // MigrateDown undoes every migration. Only tests call it: the round trip, and those that need an
@@ -493,11 +499,14 @@ func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, er
 
 var schemaVersionStmt = stmt("schema_version")
 
-// Migrate applies the migrations this build has and the database lacks (the migrate
-// function's work) on a session of its own, with the store's connection settings.
-func (s *Store) Migrate(ctx context.Context) (uint, error) { return Migrate(ctx, s.pool) }
+// Migrate applies the migrations this build has and the database lacks, and grants app what
+// serving needs (the migrate function's work), on a session of its own with the store's
+// connection settings.
+func (s *Store) Migrate(ctx context.Context, app AppRole) (uint, error) {
+	return Migrate(ctx, s.pool, app)
+}
 
 // MigrateFrom is Migrate with the migrations of fsys (tests).
-func (s *Store) MigrateFrom(ctx context.Context, fsys fs.FS) (uint, error) {
-	return MigrateFrom(ctx, s.pool, fsys)
+func (s *Store) MigrateFrom(ctx context.Context, fsys fs.FS, app AppRole) (uint, error) {
+	return MigrateFrom(ctx, s.pool, fsys, app)
 }

@@ -16,6 +16,9 @@ import (
 // with, directly and through RDS Proxy (where nothing is sent at connect): lock_timeout
 // MigratorLockTimeout, and a statement timeout that follows the context's deadline, or
 // MigratorStatementTimeout with none. The pool's own sessions keep theirs.
+// app is the test cluster's application role, which every migration grants to.
+func app() store.AppRole { return store.AppRole{Name: testdb.Roles().App} }
+
 func TestMigratorSessionHasItsOwnTimeouts(t *testing.T) {
 	t.Parallel()
 	for _, viaProxy := range []bool{false, true} {
@@ -33,12 +36,12 @@ func TestMigratorSessionHasItsOwnTimeouts(t *testing.T) {
 			firstSQL := "CREATE TABLE migrator_settings (n, lock_timeout, statement_ms) AS SELECT 1, " + record + ";\n"
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			if _, err := store.MigrateFrom(ctx, pool, testdb.MigrationsWith(map[string]string{first: firstSQL})); err != nil {
+			if _, err := store.MigrateFrom(ctx, pool, testdb.MigrationsWith(map[string]string{first: firstSQL}), app()); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := store.MigrateFrom(context.Background(), pool, testdb.MigrationsWith(map[string]string{
 				first: firstSQL, second: "INSERT INTO migrator_settings SELECT 2, " + record + ";\n",
-			})); err != nil {
+			}), app()); err != nil {
 				t.Fatal(err)
 			}
 			rows, err := pool.Query(context.Background(), `SELECT lock_timeout, statement_ms FROM migrator_settings ORDER BY n`)
@@ -87,7 +90,7 @@ func TestAFailedMigrationSaysWhichAndWhere(t *testing.T) {
 	comment := "-- " + strings.Repeat("a reader's note ", 200) + "\n"
 	_, err = store.MigrateFrom(ctx, pool, testdb.MigrationsWith(map[string]string{
 		testdb.NextMigration("broken"): comment + "CREATE TABLE half_done (x int);\nSELEC 1;\n",
-	}))
+	}), app())
 	want := fmt.Sprintf("store: migration %d, line 3: ERROR: syntax error at or near \"SELEC\" (SQLSTATE 42601)", migrations.Latest()+1)
 	if err == nil || err.Error() != want {
 		t.Fatalf("the failed migration said %v; want %s", err, want)

@@ -138,7 +138,7 @@ func TestMigrationsRoundTrip(t *testing.T) {
 		t.Fatalf("after down: %d tables left, %v", tables, err)
 	}
 	for i := range 2 {
-		v, err := store.Migrate(ctx, pool)
+		v, err := store.Migrate(ctx, pool, store.AppRole{Name: testdb.Roles().App})
 		if err != nil || v != migrations.Latest() {
 			t.Fatalf("up #%d: version %d, %v; want %d", i+1, v, err, migrations.Latest())
 		}
@@ -146,7 +146,7 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	if _, err := store.MigrateDown(ctx, pool); err != nil {
 		t.Fatalf("second down: %v", err)
 	}
-	if v, err := store.Migrate(ctx, pool); err != nil || v != migrations.Latest() {
+	if v, err := store.Migrate(ctx, pool, store.AppRole{Name: testdb.Roles().App}); err != nil || v != migrations.Latest() {
 		t.Fatalf("second up: version %d, %v", v, err)
 	}
 }

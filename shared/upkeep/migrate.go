@@ -136,7 +136,12 @@ func (m *Migrator) migrate(ctx context.Context) (uint, error) {
 	if fsys == nil {
 		fsys = migrations.FS
 	}
-	v, err := d.Store.MigrateFrom(ctx, fsys)
+	// The application role, which the migration grants to: every other function's login.
+	app, err := startup.AppRole(ctx, d.Config)
+	var v uint
+	if err == nil {
+		v, err = d.Store.MigrateFrom(ctx, fsys, app)
+	}
 	if err == nil {
 		err = d.Store.SetPublishing(ctx, d.Config.EventBusName != "")
 	}

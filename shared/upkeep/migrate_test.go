@@ -20,6 +20,7 @@ import (
 
 	"mediator/localdev/testdb"
 	"mediator/migrations"
+	"mediator/shared/config"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
@@ -159,9 +160,17 @@ func wantSucceeded(t *testing.T, kind string, resp map[string]any, version uint)
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// deps is the migrate function's view of a store the test holds: its settings name the
+// application role the migration grants to.
+func deps(st *store.Store) startup.Deps {
+	var cfg config.Config
+	cfg.Database.AppUser = testdb.Roles().App
+	return startup.Deps{Store: st, Config: cfg, Log: quiet}
+}
+
 // opened is a Migrator's Open for a store the test holds.
 func opened(st *store.Store) func(context.Context) (startup.Deps, error) {
-	return func(context.Context) (startup.Deps, error) { return startup.Deps{Store: st, Log: quiet}, nil }
+	return func(context.Context) (startup.Deps, error) { return deps(st), nil }
 }
 
 // migratedDatabase is a database of the test's own at migrations.Latest(), its URL carrying
@@ -202,7 +211,10 @@ type settings struct {
 func (s *settings) getenv(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.vars[name]
+	if v, ok := s.vars[name]; ok || name != "DB_APP_USER" {
+		return v
+	}
+	return testdb.Roles().App // the role the test cluster has
 }
 
 func (s *settings) set(name, value string) {
@@ -253,7 +265,7 @@ func TestMigrationAsACustomResource(t *testing.T) {
 	t.Parallel()
 	st, _ := emptyDatabase(t)
 	cf := newCFNEndpoint(t)
-	handler := upkeep.Migrate(startup.Deps{Store: st, Log: quiet})
+	handler := upkeep.Migrate(deps(st))
 	ctx := lambdaDeadline(t)
 	for _, kind := range []string{"Create", "Update", "Delete"} {
 		wantSucceeded(t, kind, cf.handle(t, ctx, handler, kind), migrations.Latest())
@@ -348,7 +360,7 @@ func TestMigrateResourceOnADirtySchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	cf := newCFNEndpoint(t)
-	wantFailed(t, "Update", cf.handle(t, lambdaDeadline(t), upkeep.Migrate(startup.Deps{Store: st, Log: quiet}), "Update"),
+	wantFailed(t, "Update", cf.handle(t, lambdaDeadline(t), upkeep.Migrate(deps(st)), "Update"),
 		"dirty at version 1")
 }
 
@@ -365,7 +377,7 @@ func TestMigrateResourceWhileTheMigrationLockIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	cf := newCFNEndpoint(t)
-	handler := upkeep.Migrate(startup.Deps{Store: st, Log: quiet})
+	handler := upkeep.Migrate(deps(st))
 	wantFailed(t, "Update", cf.handle(t, ctx, handler, "Update"),
 		"the migration lock", fmt.Sprintf("held by pid %d (another-migration)", other.PgConn().PID()),
 		"canceling statement due to lock timeout")
@@ -444,7 +456,7 @@ func TestMigrateResourceTimeout(t *testing.T) {
 	}
 	retry, cancelRetry := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancelRetry()
-	wantSucceeded(t, "Update", cf.handle(t, retry, upkeep.Migrate(startup.Deps{Store: st, Log: quiet}), "Update"), migrations.Latest())
+	wantSucceeded(t, "Update", cf.handle(t, retry, upkeep.Migrate(deps(st)), "Update"), migrations.Latest())
 }
 
 // Delete answers SUCCESS without reading the configuration or opening anything: a stack whose
@@ -499,7 +511,7 @@ func TestASchemaAheadOfTheBuildIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	cf := newCFNEndpoint(t)
-	if resp := cf.handle(t, ctx, upkeep.Migrate(startup.Deps{Store: st, Log: quiet}), "Update"); resp["Status"] != "SUCCESS" {
+	if resp := cf.handle(t, ctx, upkeep.Migrate(deps(st)), "Update"); resp["Status"] != "SUCCESS" {
 		t.Fatalf("a schema ahead of the build answered %v", resp)
 	}
 	if v, dirty, err := st.SchemaVersion(ctx); err != nil || dirty || v != ahead {
