@@ -9,14 +9,17 @@ LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 # template.yaml): make build and the build-<LogicalId> targets below come from this list.
 FUNCTIONS := submit query nodes result cancel reap migrate
 
-.PHONY: help dev test stress bench bench-fleet migrate build cli lint clean demo
+.PHONY: help prerequisites dev test stress bench bench-fleet migrate build cli lint clean demo
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
+
+prerequisites: ## what make dev, make test and make lint need besides Go: the install lines, and what this machine lacks
+	@$(GO) run ./localdev/cmd/prerequisites
 
 # AUTH=jwt (make dev AUTH=jwt) reaches mediatorlocal as an environment variable, as a make
-# variable given on the command line does; DEV_TOKEN_SECONDS and ISSUER_PORT likewise.
-dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:3000 (or $PORT), the reaper ticking; AUTH=jwt: a local OAuth 2.0 issuer, JWTs on the people's routes
+# variable given on the command line does; FRESH, DEV_TOKEN_SECONDS and ISSUER_PORT likewise.
+dev: ## PostgreSQL (local or DATABASE_URL), migrations, the API on 127.0.0.1:3000 (or $PORT), the reaper ticking; FRESH=1: an empty database; AUTH=jwt: a local OAuth 2.0 issuer, JWTs on the people's routes
 	$(LOCAL) serve
 
 # then_stop runs $(1), then stops the throwaway cluster $(2) whatever $(1) did, and exits
@@ -81,8 +84,13 @@ ship_ca_bundle = if [ -f '$(RDS_CA_BUNDLE)' ]; then cp '$(RDS_CA_BUNDLE)' $(1)/r
 # SAM's makefile builder (BuildMethod: makefile) runs `make build-<LogicalId>` with
 # ARTIFACTS_DIR set. Each function in FUNCTIONS has one such target, named by its logical id in
 # template.yaml (submit → build-SubmitFunction), which leaves a linux/arm64 bootstrap there, and
-# the CA bundle above when there is one.
-logical_id = $(shell name=$(1); echo "$${name^}Function")
+# the CA bundle above when there is one. The id is made by make itself, one patsubst per letter
+# for the first one: no shell's dialect is involved, and macOS's /bin/bash (3.2) has no
+# ${name^}, which would leave every target named build-Function there.
+alphabet := a A b B c C d D e E f F g G h H i I j J k K l L m M n N o O p P q Q r R s S t T u U v V w W x X y Y z Z
+capitalise = $(call capitalise_with,$(1),$(alphabet))
+capitalise_with = $(if $(2),$(call capitalise_with,$(patsubst $(word 1,$(2))%,$(word 2,$(2))%,$(1)),$(wordlist 3,$(words $(2)),$(2))),$(1))
+logical_id = $(call capitalise,$(1))Function
 LAMBDA_TARGETS := $(foreach f,$(FUNCTIONS),build-$(call logical_id,$(f)))
 .PHONY: $(LAMBDA_TARGETS)
 $(LAMBDA_TARGETS): GOOS = linux

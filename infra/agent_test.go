@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"mediator/localdev/prerequisites"
 )
 
 // The agent's systemd unit is one systemd itself accepts, with the settings the agent's
@@ -25,7 +27,7 @@ func TestAgentUnitVerifies(t *testing.T) {
 	}
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		t.Fatal("systemd-analyze is needed to verify the agent's unit (Debian: apt-get install systemd)")
+		t.Fatal("systemd-analyze verifies the agent's unit: " + prerequisites.Need("systemd"))
 	}
 	// systemd checks that ExecStart names an executable: the real binary, built here.
 	dir := t.TempDir()

@@ -252,7 +252,7 @@ steps:
 			t.Fatal(err)
 		}
 		said.waitFor("c/s cancelled -> run CANCELLED")
-		expect(t, wait(), 2, "run c: CANCELLED", "cancelled: enough")
+		expect(t, wait(), 2, "run c: RUNNING (cancel_requested)", "run c: step s CANCELLED", "run c: CANCELLED", "cancelled: enough")
 	})
 }
 

@@ -31,11 +31,12 @@ func submitCommand(a *app) *cobra.Command {
   needs: [board=rpi4]         # one node with these labels (or roles: {name: {needs: [...]}})
   max_attempts: 2
   priority: 70                # 0 to 100, higher first; 50 unless said (or --priority)
-  steps:
-    - id: flash
-      spec: {image: fw.bin}
+  steps:                      # each spec is what the node's agent runs (mediator agent --help)
+    - id: build
+      spec: {cmd: 'echo version=1.0 >> "$MEDIATOR_OUTPUTS"'}
     - id: test
-      after: [flash]
+      after: [build]
+      spec: {argv: [sh, -c, 'test "$MEDIATOR_INPUT_BUILD_VERSION" = 1.0'], timeout_seconds: 600}
 
 The answer: the run placed on its nodes (201), queued with its position (202), the same
 request as before (200; submitting a file again is always safe), or refused because no node
@@ -46,7 +47,10 @@ of the fleet could ever serve it (422, with the unmet needs; exit 1). A malforme
 impossible or too_wide (exit 1).
 
 --wait follows the run until it ends, and exits 0 when it SUCCEEDED, 1 FAILED, 2 CANCELLED.
-On a terminal it keeps one status line up to date; otherwise it prints a line per change.
+On a terminal it keeps one status line up to date. Otherwise (a CI log, a pipe) it prints a
+line per change, in the order they happened however far apart its reads of the run: each
+event of the run's history (promoted, cancel_requested, released, ...), each step's end, a
+new queue position, and last the run's final status.
 
 ` + exitCodesHelp,
 		Args: noArgs,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,19 +23,19 @@ const (
 )
 
 // follow reads the run until it is finished, showing its progress: on a terminal, one status
-// line redrawn in place; elsewhere one line per change. With --output json the progress goes
-// to stderr, and only when that is a terminal: stdout is for the API's JSON.
+// line redrawn in place; elsewhere (a CI log, a pipe) one line per change, none lost between
+// two reads: the run's history and its steps' end times say what happened since the last
+// read, in order. With --output json the progress goes to stderr, and only when that is a
+// terminal: stdout is for the API's JSON.
 func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*client.RunDetail, error) {
 	if run.Owner != "" { // an admin's run: its id may be another owner's too
 		api = api.ForOwner(run.Owner)
 	}
-	s := a.statusLine()
+	s := a.statusLine(run)
 	began := a.now()
 	var detail *client.RunDetail
 	if s.live {
 		s.show(run, 0)
-	} else {
-		s.last = progress(run) // the submit's answer said as much
 	}
 	every := pollFirst
 	poll := time.NewTimer(every)
@@ -64,7 +65,11 @@ func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*
 				every = min(every*3/2, pollMax)
 			}
 			run, detail = d.Run, d
-			s.show(run, a.now().Sub(began))
+			if s.live {
+				s.show(run, a.now().Sub(began))
+			} else {
+				s.changes(d, a.now().Sub(began))
+			}
 			poll.Reset(every)
 		}
 	}
@@ -89,35 +94,34 @@ type status struct {
 	w      io.Writer // nil: nowhere
 	live   bool      // a terminal: one line, redrawn
 	colour bool
-	last   string // the last progress shown, for plain lines
 	drawn  bool
+
+	// Lines, one per change, remember what they said: the history events shown (the first,
+	// the submission, is the submit's own answer), the step ends shown (by attempt, step and
+	// try), and the queue position.
+	shownHistory int
+	shownEnds    map[string]bool
+	shownAt      string
 }
 
-func (a *app) statusLine() *status {
+func (a *app) statusLine(r client.Run) *status {
+	s := &status{shownHistory: 1, shownEnds: map[string]bool{}, shownAt: position(r)}
 	switch {
 	case !a.json():
-		return &status{w: a.stdout, live: a.stdoutTTY, colour: a.colour(a.stdoutTTY)}
+		s.w, s.live, s.colour = a.stdout, a.stdoutTTY, a.colour(a.stdoutTTY)
 	case a.stderrTTY:
-		return &status{w: a.stderr, live: true, colour: a.colour(true)}
+		s.w, s.live, s.colour = a.stderr, true, a.colour(true)
 	}
-	return &status{}
+	return s
 }
 
-// show draws the run's status: in place on a terminal, else as a new line when it changed.
+// show draws the run's status line in place.
 func (s *status) show(r client.Run, took time.Duration) {
 	if s.w == nil {
 		return
 	}
-	line := describe(r, s.colour) + " · " + elapsed(took)
-	if s.live {
-		fmt.Fprint(s.w, "\r\x1b[K"+line)
-		s.drawn = true
-		return
-	}
-	if p := progress(r); p != s.last {
-		s.last = p
-		fmt.Fprintln(s.w, line)
-	}
+	fmt.Fprint(s.w, "\r\x1b[K"+describe(r, s.colour)+" · "+elapsed(took))
+	s.drawn = true
 }
 
 // end leaves the live line where it is and moves to the next.
@@ -126,6 +130,101 @@ func (s *status) end() {
 		fmt.Fprintln(s.w)
 		s.drawn = false
 	}
+}
+
+// change is one line of changes: when it happened by the API's clock, for the order.
+type change struct {
+	at   time.Time
+	step bool // a step's end goes before a change of the run at the same instant: it caused it
+	line string
+}
+
+// changes prints what changed in the run since the last read, one line each, in the order it
+// happened: its history's new events, its steps' ends, a new queue position, and at the end
+// the run's final status. Each line is said once, so that however often the run is read, the
+// lines are the same. took is when this read saw them.
+func (s *status) changes(d *client.RunDetail, took time.Duration) {
+	if s.w == nil {
+		return
+	}
+	r := d.Run
+	var out []change
+	for _, e := range d.History[min(s.shownHistory, len(d.History)):] {
+		if !wire.Final(e.To) { // the run's final status line says it
+			out = append(out, change{at: e.At, line: s.eventLine(r, e)})
+		}
+	}
+	s.shownHistory = max(s.shownHistory, len(d.History))
+	for _, st := range r.Steps {
+		key := fmt.Sprintf("%d/%s/%d", r.Attempt, st.ID, st.Tries)
+		if !wire.Final(st.State) || st.FinishedAt == nil || s.shownEnds[key] {
+			continue
+		}
+		s.shownEnds[key] = true
+		line := fmt.Sprintf("run %s: step %s %s", visible(r.RunID), visible(st.ID), colourState(s.colour, st.State))
+		if st.State == wire.Failed && st.ExitCode != nil {
+			line += fmt.Sprintf(" (exit %d)", *st.ExitCode)
+		}
+		out = append(out, change{at: *st.FinishedAt, step: true, line: line + stepsAt(r, *st.FinishedAt)})
+	}
+	slices.SortStableFunc(out, func(a, b change) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		if a.step != b.step {
+			if a.step {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	if r.State == wire.Queued && position(r) != s.shownAt {
+		out = append(out, change{line: describe(r, s.colour)})
+	}
+	s.shownAt = position(r)
+	if wire.Final(r.State) {
+		out = append(out, change{line: describe(r, s.colour)})
+	}
+	for _, c := range out {
+		fmt.Fprintln(s.w, c.line+" · "+elapsed(took))
+	}
+}
+
+// eventLine is one event of a run's history: "run b: QUEUED → RUNNING (promoted)",
+// "run b: RUNNING (cancel_requested)", with the steps done at that moment.
+func (s *status) eventLine(r client.Run, e client.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s: ", visible(r.RunID))
+	if e.From != nil && *e.From != e.To {
+		b.WriteString(colourState(s.colour, *e.From) + " → ")
+	}
+	b.WriteString(colourState(s.colour, e.To) + " (" + visible(e.Kind))
+	if e.Reason != nil && *e.Reason != "" {
+		b.WriteString(": " + visible(*e.Reason))
+	}
+	if e.NodeID != nil && *e.NodeID != "" {
+		b.WriteString(" on " + visible(*e.NodeID))
+	}
+	b.WriteString(")")
+	if r.MaxAttempts > 1 {
+		fmt.Fprintf(&b, " · attempt %d/%d", e.Attempt, r.MaxAttempts)
+	}
+	if e.Attempt == r.Attempt {
+		b.WriteString(stepsAt(r, e.At))
+	}
+	return b.String()
+}
+
+// stepsAt is " · steps n/m": how many of the run's steps had ended at t.
+func stepsAt(r client.Run, t time.Time) string {
+	n := 0
+	for _, st := range r.Steps {
+		if wire.Final(st.State) && st.FinishedAt != nil && !st.FinishedAt.After(t) {
+			n++
+		}
+	}
+	return fmt.Sprintf(" · steps %d/%d", n, len(r.Steps))
 }
 
 // describe is a run's progress in one line: "run b: QUEUED · position 2 · steps 0/3",

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -49,7 +50,11 @@ type Stack struct {
 	// AdminURL is the stack's database as the server's administrative login (DATABASE_URL's
 	// user, or the local cluster's superuser): what neither role may do, such as a benchmark's
 	// extensions and statistics, goes through it.
-	AdminURL  string
+	AdminURL string
+	// Database is AdminURL with its password hidden, for a banner: the local cluster's port is
+	// whatever was free when it started.
+	Database  string
+	External  bool // the database is DATABASE_URL's, not the local cluster's
 	pg        *localpg.Server
 	publisher *publish.Publisher
 	server    *http.Server
@@ -85,6 +90,10 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 		if s.AdminURL, err = EnsureDatabase(ctx, s.pg.URL, o.Database, o.Fresh); err != nil {
 			return s, err
 		}
+	}
+	s.External = s.pg.External
+	if u, err := url.Parse(s.AdminURL); err == nil {
+		s.Database = u.Redacted()
 	}
 	if err := s.pg.PrepareDatabase(ctx, s.AdminURL, roles); err != nil {
 		return s, err

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"mediator/localdev/prerequisites"
 )
 
 // Module is the emulator, at the version the project pins.
@@ -127,8 +129,8 @@ func Arm64Runner() (string, error) {
 	}
 	p, err := exec.LookPath(Qemu)
 	if err != nil {
-		return "", fmt.Errorf("%s is not on PATH: on this %s/%s machine it is what runs the linux/arm64 bootstraps that deploy; "+
-			"install it (Debian/Ubuntu: apt-get install qemu-user-static)", Qemu, runtime.GOOS, runtime.GOARCH)
+		return "", fmt.Errorf("%s is not on PATH: on this %s/%s machine it is what runs the linux/arm64 bootstraps that deploy; %s",
+			Qemu, runtime.GOOS, runtime.GOARCH, prerequisites.Need("qemu-user-static"))
 	}
 	return p, nil
 }

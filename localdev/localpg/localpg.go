@@ -19,10 +19,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"mediator/localdev/prerequisites"
 )
 
 // ErrNoPostgres says what to install; it is the whole message a newcomer needs.
-var ErrNoPostgres = errors.New("no PostgreSQL found: install the server (Debian/Ubuntu: apt-get install postgresql) or set DATABASE_URL to a server you may create databases on")
+var ErrNoPostgres = errors.New("no PostgreSQL found: set DATABASE_URL to a server you may create databases on, or " + prerequisites.Need("postgresql"))
 
 // Options choose the cluster.
 type Options struct {

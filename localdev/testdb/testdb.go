@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"mediator/localdev/localpg"
+	"mediator/localdev/prerequisites"
 	"mediator/migrations"
 	"mediator/shared/store"
 )
@@ -52,7 +53,7 @@ func URL(t testing.TB) string {
 	if setupErr != nil {
 		t.Fatalf("testdb: no PostgreSQL for the tests: %v\n"+
 			"Run the tests with `make test` on a machine with the PostgreSQL server installed "+
-			"(Debian/Ubuntu: apt-get install postgresql), or set DATABASE_URL to a server where you may CREATE DATABASE "+
+			"("+prerequisites.Need("postgresql")+"), or set DATABASE_URL to a server where you may CREATE DATABASE "+
 			"and CREATE ROLE (or where the roles exist already: see README.md, Two commands).", setupErr)
 	}
 	name := "test_" + randomHex(8)

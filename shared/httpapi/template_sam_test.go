@@ -24,6 +24,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"mediator/localdev/prerequisites"
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
@@ -60,7 +61,7 @@ func transformed(t *testing.T, params map[string]string) map[string]any {
 		err = exec.Command(python, "-c", "import samtranslator").Run()
 	}
 	if err != nil {
-		t.Fatal("SAM's transform needs python3 with aws-sam-translator: pip install cfn-lint (it brings aws-sam-translator)")
+		t.Fatal("SAM's transform needs python3 with aws-sam-translator: " + prerequisites.Need("aws-sam-translator"))
 	}
 	args, _ := json.Marshal(params)
 	cmd := exec.Command(python, "-c", samTransform, "../../template.yaml", string(args))

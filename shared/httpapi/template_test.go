@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"mediator/localdev/prerequisites"
 	"mediator/shared/httpapi"
 )
 
@@ -168,7 +169,8 @@ func TestTemplateFunctionsHaveCode(t *testing.T) {
 	}
 
 	// What SAM runs, `make build-<LogicalId>` with ARTIFACTS_DIR set, and `make build` run
-	// the go command the same way: a stand-in for it records each call.
+	// the go command the same way: a stand-in for it records each call. Make runs them with
+	// dash as its shell (fakeGoDir.make), so they are held to what macOS's bash 3.2 runs too.
 	fake := fakeGo(t)
 	for _, id := range functions {
 		name := strings.ToLower(strings.TrimSuffix(id, "Function"))
@@ -221,28 +223,45 @@ const fakeGoCommand = `#!/bin/sh
 } >>"$FAKE_GO_LOG"
 `
 
-type fakeGoDir string
+// fakeGoDir is a folder holding the stand-in go, and the dash that make runs recipes with.
+type fakeGoDir struct{ dir, dash string }
 
+// fakeGo makes the stand-in and finds dash: a POSIX shell that refuses bash's extensions, as
+// macOS's /bin/bash (3.2) refuses bash 4's (${name^}). bash in POSIX mode would not do: it
+// still takes them.
 func fakeGo(t *testing.T) fakeGoDir {
 	t.Helper()
+	for _, tool := range []string{"make", "dash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the Makefile's build targets are run by make under dash: %s", prerequisites.Need(tool))
+		}
+	}
+	dash, _ := exec.LookPath("dash")
+	// The stand-in must refuse what bash 3.2 refuses, or running under it proves nothing.
+	if out, err := exec.Command(dash, "-c", `n=a; echo "${n^}"`).CombinedOutput(); err == nil {
+		t.Fatalf("%s takes bash 4's ${n^} (%q): it is no stand-in for a shell without bash 4's expansions", dash, out)
+	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "go"), []byte(fakeGoCommand), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return fakeGoDir(dir)
+	return fakeGoDir{dir: dir, dash: dash}
 }
 
-// make runs make in the module root with the stand-in as GO, and returns the go commands it
-// ran. The environment carries no build settings and nothing from an enclosing make, so what
-// the stand-in sees is what the Makefile chose.
+// make runs make in the module root with the stand-in as GO and dash as the recipes' shell,
+// and returns the go commands it ran. .SHELLFLAGS drops the Makefile's -o pipefail, which
+// dash lacks: only make stress relies on it, and bash 3.2 has it. The environment carries no
+// build settings and nothing from an enclosing make, so what the stand-in sees is what the
+// Makefile chose.
 func (d fakeGoDir) make(t *testing.T, args ...string) [][]string {
 	t.Helper()
 	log := filepath.Join(t.TempDir(), "calls")
-	cmd := exec.Command("make", append([]string{"--no-print-directory", "GO=" + filepath.Join(string(d), "go")}, args...)...)
+	flags := []string{"--no-print-directory", "SHELL=" + d.dash, ".SHELLFLAGS=-c", "GO=" + filepath.Join(d.dir, "go")}
+	cmd := exec.Command("make", append(flags, args...)...)
 	cmd.Dir = "../.."
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "FAKE_GO_LOG=" + log}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("make %s, its shell dash: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	raw, err := os.ReadFile(log)
 	if err != nil {

@@ -43,13 +43,6 @@ type cgroups struct {
 	steps  atomic.Int64
 }
 
-// Cgroup modes (Config.Cgroups).
-const (
-	CgroupsAuto = "auto" // use a cgroup when the agent's own allows it, else process groups
-	CgroupsOn   = "on"   // refuse to start without one
-	CgroupsOff  = "off"  // process groups and the subreaper alone
-)
-
 // bootCgroupName is a boot's cgroup's name; a record naming anything else is not acted on.
 var bootCgroupName = regexp.MustCompile(`^mediator-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 

@@ -33,6 +33,14 @@ type Config struct {
 	Log     *slog.Logger
 }
 
+// Cgroup modes (Config.Cgroups), here rather than beside the cgroup code, which is Linux's
+// alone: the command line that takes them builds on every platform.
+const (
+	CgroupsAuto = "auto" // use a cgroup when the agent's own allows it, else process groups
+	CgroupsOn   = "on"   // refuse to start without one
+	CgroupsOff  = "off"  // process groups and the subreaper alone
+)
+
 // Exit codes of Run.
 const (
 	ExitOK          = 0   // drained: every step of the lease held finished and was reported

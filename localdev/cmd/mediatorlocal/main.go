@@ -2,7 +2,7 @@
 //
 //	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking;
 //	                        with AUTH=jwt, a local OAuth 2.0 issuer beside it and the people's
-//	                        routes behind a JWT authorizer
+//	                        routes behind a JWT authorizer; with FRESH=1, on an emptied database
 //	mediatorlocal migrate   make migrate: the migrate function's code against the local database
 //	mediatorlocal stop NAME stop the local PostgreSQL cluster NAME (dev, test, demo, bench) of this checkout
 //
@@ -81,7 +81,21 @@ func migrate(ctx context.Context) error {
 }
 
 func serve(ctx context.Context) error {
-	s, err := devserver.Open(ctx, options())
+	o := options()
+	// The local database keeps its runs and nodes from one make dev to the next; FRESH=1
+	// drops it first. Never DATABASE_URL's: that database is the user's own, and dropping it is
+	// theirs to do.
+	switch fresh := os.Getenv("FRESH"); fresh {
+	case "", "0":
+	case "1":
+		if os.Getenv("DATABASE_URL") != "" {
+			return fmt.Errorf("FRESH=1 empties make dev's own database, not DATABASE_URL's: drop and create that one yourself")
+		}
+		o.Fresh = true
+	default:
+		return fmt.Errorf("FRESH must be 1 (an emptied database) or 0, not %q", fresh)
+	}
+	s, err := devserver.Open(ctx, o)
 	defer s.Stop()
 	if err != nil {
 		return err
@@ -129,24 +143,30 @@ func serve(ctx context.Context) error {
 	if iss == nil {
 		fmt.Printf("  %s\n", tokens.Describe())
 	} else {
-		describeJWT(os.Stdout, iss, tokens, s.Base)
+		describeJWT(os.Stdout, iss, tokens)
+	}
+	if s.External {
+		fmt.Printf("  PostgreSQL: %s (DATABASE_URL)\n", s.Database)
+	} else {
+		fmt.Printf("  PostgreSQL: %s (kept from one make dev to the next; FRESH=1 empties it)\n", s.Database)
+	}
+	if iss != nil {
+		c := issuer.DevClients()[0]
+		fmt.Printf("  try: MEDIATOR_CLIENT_SECRET=%s mediator --url %s --token-url %s --client-id %s queue\n",
+			c.Secret, s.Base, iss.TokenURL(), c.ID)
 	}
 	fmt.Printf("  try: curl -s %s/healthz\n\n", s.Base)
 	return s.Wait(ctx)
 }
 
-// describeJWT is the banner of make dev AUTH=jwt: where tokens come from, who may have them,
-// and a command that uses one.
-func describeJWT(w io.Writer, iss *issuer.Issuer, tokens *gateway.Tokens, base string) {
+// describeJWT is the banner of make dev AUTH=jwt: where tokens come from and who may have them.
+func describeJWT(w io.Writer, iss *issuer.Issuer, tokens *gateway.Tokens) {
 	fmt.Fprintf(w, "  people's routes: JWTs of the local issuer %s, checked as API Gateway's JWT authorizer does\n", iss.URL())
 	fmt.Fprintf(w, "    client credentials at %s, tokens good for %s (DEV_TOKEN_SECONDS)\n", iss.TokenURL(), iss.Lifetime())
 	for _, c := range issuer.DevClients() {
 		fmt.Fprintf(w, "    client %-8s secret %-15s scope %s\n", c.ID, c.Secret, strings.Join(c.Scopes, " "))
 	}
 	fmt.Fprintf(w, "  nodes' routes and POST /local/reap: %s\n", tokens.Describe())
-	c := issuer.DevClients()[0]
-	fmt.Fprintf(w, "  try: MEDIATOR_CLIENT_SECRET=%s mediator --url %s --token-url %s --client-id %s queue\n",
-		c.Secret, base, iss.TokenURL(), c.ID)
 }
 
 func envInt(name string, def int) int {
