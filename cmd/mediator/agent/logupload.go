@@ -612,6 +612,12 @@ func (u *Uploader) take(b *client.LogUpload, fetched bool) {
 	}
 }
 
+// IncompleteNote is what a report's message says first when the log is not all stored: why,
+// and where the whole of it is. The reason is cut short to leave the output room.
+func IncompleteNote(why, path string) string {
+	return "log upload incomplete: " + Text([]byte(why), 512, false) + "; the full log is on the node at " + path
+}
+
 // attemptLogs are the logs of the attempts whose steps run here, by run, step and attempt: a
 // step's tries, each a runner of its own, add to one.
 type attemptLogs struct {

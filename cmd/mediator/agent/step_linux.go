@@ -331,7 +331,7 @@ func (r *runner) endLog(path string) string {
 		return ""
 	}
 	r.log.Warn("the step's log is not all stored", "why", why, "output", path)
-	return "log upload incomplete: " + Text([]byte(why), 512, false) + "; the full log is on the node at " + path
+	return IncompleteNote(why, path)
 }
 
 // logKey names the attempt whose log this try adds to.
