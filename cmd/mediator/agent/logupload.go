@@ -105,8 +105,9 @@ type UploadStats struct {
 // name. It runs in a goroutine of its own: nothing it does, or fails to do, blocks the step
 // or changes how it ends.
 //
-// Cadence: the first output goes at once (within Poll), then whatever is new every
-// FlushSeconds (nothing new: no PUT); a full chunk goes at once; the step's end flushes at
+// Cadence: the step's first output goes at once (within Poll; the agent's header line alone
+// waits for it, or for FlushSeconds), then whatever is new every FlushSeconds (nothing new: no
+// PUT); a full chunk goes at once; the step's end flushes at
 // once. Past MaxBytes of the try no more numbered chunks go while it runs: each flush rewrites
 // the live tail (the newest ChunkMaxBytes), and at the end a marker chunk says how much was
 // left out, followed by the try's last TailBytes as chunks. A failed PUT is tried again, with
@@ -131,7 +132,7 @@ type Uploader struct {
 
 	seq       int   // the next chunk's number
 	head      int64 // bytes of the try put as numbered chunks so far, from start
-	flushed   bool  // a chunk went
+	output    int64 // where the step's own output begins in the try, past the agent's header
 	lastFlush time.Time
 	liveAt    int64 // the try's size when the live tail was last written
 	lastLive  time.Time
@@ -149,9 +150,10 @@ type Uploader struct {
 	once    sync.Once
 }
 
-// StartUpload begins uploading the try whose output f holds from offset start, with the
-// first batch of URLs, into acc. The caller ends it with Finish, or Abort.
-func StartUpload(f *os.File, start int64, first *client.LogUpload, src URLSource, acc *AttemptLog, o UploadOptions) *Uploader {
+// StartUpload begins uploading the try whose log f holds from offset start (its header), its
+// output from offset from, with the first batch of URLs, into acc. The caller ends it with
+// Finish, or Abort.
+func StartUpload(f *os.File, start, from int64, first *client.LogUpload, src URLSource, acc *AttemptLog, o UploadOptions) *Uploader {
 	if o.Poll <= 0 {
 		o.Poll = defaultPoll
 	}
@@ -168,7 +170,7 @@ func StartUpload(f *os.File, start int64, first *client.LogUpload, src URLSource
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	u := &Uploader{
-		f: f, start: start, src: src, o: o, log: o.Log, acc: acc, try: first.Try,
+		f: f, start: start, output: max(from-start, 0), lastFlush: time.Now(), src: src, o: o, log: o.Log, acc: acc, try: first.Try,
 		chunkMax: first.ChunkMaxBytes, maxBytes: first.MaxBytes, tailB: first.TailBytes,
 		flush: time.Duration(first.FlushSeconds * float64(time.Second)),
 		urls:  map[int]string{}, ended: make(chan struct{}), done: make(chan struct{}),
@@ -277,7 +279,9 @@ func (u *Uploader) tick() {
 	}
 	for u.head < headEnd {
 		pending := headEnd - u.head
-		if pending < u.chunkMax && u.flushed && now.Sub(u.lastFlush) < u.flush {
+		// The step's first output goes at once: a step that fails at once is read at once.
+		first := u.head <= u.output && headEnd > u.output
+		if pending < u.chunkMax && !first && now.Sub(u.lastFlush) < u.flush {
 			break
 		}
 		data, err := u.read(u.head, min(pending, u.chunkMax))
@@ -378,7 +382,7 @@ func (u *Uploader) putChunk(data []byte) bool {
 	u.acc.add(data)
 	u.head += int64(len(data))
 	u.seq++
-	u.flushed, u.lastFlush, u.failures = true, time.Now(), 0
+	u.lastFlush, u.failures = time.Now(), 0
 	return true
 }
 

@@ -150,11 +150,11 @@ func rules(chunkMax, maxBytes, tail int64, flush float64) client.LogUpload {
 
 // testStep is a real process writing to a step's output file, as the agent runs one.
 type testStep struct {
-	t     *testing.T
-	out   *os.File
-	begin int64
-	cmd   *exec.Cmd
-	gates map[string]string
+	t           *testing.T
+	out         *os.File
+	begin, from int64
+	cmd         *exec.Cmd
+	gates       map[string]string
 }
 
 // startStep starts script under sh with its output in a fresh output file (its header
@@ -163,12 +163,12 @@ func startStep(t *testing.T, script string) *testStep {
 	t.Helper()
 	dir := t.TempDir()
 	o := &outputs{dir: dir, keep: 10, busy: map[string]int{}}
-	out, begin, _, err := o.open("r", "s", 1, "=== header of the try\n")
+	out, begin, from, err := o.open("r", "s", 1, "=== header of the try\n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { o.done(out) })
-	st := &testStep{t: t, out: out, begin: begin, gates: map[string]string{}}
+	st := &testStep{t: t, out: out, begin: begin, from: from, gates: map[string]string{}}
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = os.Environ()
@@ -223,7 +223,7 @@ func upload(t *testing.T, st *testStep, src *source, first int, o UploadOptions)
 		t.Fatal(err)
 	}
 	acc := NewAttemptLog()
-	return StartUpload(st.out, st.begin, batch, src.batch, acc, o), acc
+	return StartUpload(st.out, st.begin, st.from, batch, src.batch, acc, o), acc
 }
 
 // eventually polls cond until it holds, failing after patience.
@@ -424,7 +424,7 @@ func TestAttemptLogCoversItsTries(t *testing.T) {
 	acc := NewAttemptLog()
 	var stored []byte
 	for try := 1; try <= 2; try++ {
-		out, begin, _, err := o.open("r", "s", 1, "=== try "+strconv.Itoa(try)+"\n")
+		out, begin, from, err := o.open("r", "s", 1, "=== try "+strconv.Itoa(try)+"\n")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +434,7 @@ func TestAttemptLogCoversItsTries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		up := StartUpload(out, begin, first, src.batch, acc, UploadOptions{})
+		up := StartUpload(out, begin, from, first, src.batch, acc, UploadOptions{})
 		fmt.Fprintf(out, "output of try %d\n", try)
 		if why := up.Finish(); why != "" {
 			t.Fatal(why)
@@ -448,6 +448,31 @@ func TestAttemptLogCoversItsTries(t *testing.T) {
 	}
 	if !bytes.Equal(stored, file) || string(file) != "=== try 1\noutput of try 1\n=== try 2\noutput of try 2\n" {
 		t.Fatalf("stored %q, file %q", stored, file)
+	}
+	checkSummary(t, acc, file, true)
+}
+
+// The step's first output goes at once, not at the next flush (an hour away here); after it,
+// output waits for the cadence or the step's end.
+func TestUploadSendsTheFirstOutputAtOnce(t *testing.T) {
+	t.Parallel()
+	b := startS3(t)
+	src := &source{s3: b, prefix: "o/r/1/first/1/1", rules: rules(4<<20, 256<<20, 16<<20, 3600)}
+	st := startStep(t, `read x < "$GATE1"; echo "the first output"; read x < "$GATE2"; echo "the second"`)
+	up, acc := upload(t, st, src, 16, UploadOptions{})
+	st.open("GATE1")
+	eventually(t, "the first output stored", func() bool { return bytes.Contains(src.stored(t), []byte("the first output\n")) })
+	if n := src.chunks(); n != 1 {
+		t.Fatalf("%d chunks: the header went alone", n)
+	}
+	st.open("GATE2")
+	st.wait()
+	if why := up.Finish(); why != "" {
+		t.Fatal(why)
+	}
+	file := st.file()
+	if log := src.stored(t); !bytes.Equal(log, file) || src.chunks() != 2 {
+		t.Fatalf("stored %q in %d chunks, file %q", log, src.chunks(), file)
 	}
 	checkSummary(t, acc, file, true)
 }

@@ -224,7 +224,7 @@ func (r *runner) execute(spec Spec) result {
 		return failed("the step's output file: %v", err)
 	}
 	defer a.out.done(out)
-	r.startLog(out, begin)
+	r.startLog(out, begin, from)
 	defer r.endLog(out.Name()) // once: the paths that end before the process does
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdout: out, Stderr: out}
 	r.poll()
@@ -305,13 +305,14 @@ func (r *runner) execute(spec Spec) result {
 	return res
 }
 
-// startLog begins uploading this try's log, from begin in out, when the stack keeps logs.
-func (r *runner) startLog(out *os.File, begin int64) {
+// startLog begins uploading this try's log, from begin in out (its output from from), when the
+// stack keeps logs.
+func (r *runner) startLog(out *os.File, begin, from int64) {
 	if r.logFirst == nil {
 		return
 	}
 	acc := r.a.logs.get(r.logKey())
-	r.upload = StartUpload(out, begin, r.logFirst, r.logURLs, acc, UploadOptions{Log: r.log})
+	r.upload = StartUpload(out, begin, from, r.logFirst, r.logURLs, acc, UploadOptions{Log: r.log})
 }
 
 // endLog waits (a bounded time) for the try's log to be stored, and says so for the message
