@@ -76,6 +76,7 @@ type runner struct {
 	// logs, and then nothing is uploaded. upload streams this try's log while it runs.
 	logFirst *client.LogUpload
 	upload   *Uploader
+	sends    int // the tries the last report answered took
 }
 
 // stop asks the runner to stop (loop goroutine); false when it was asked as much before.
@@ -152,6 +153,9 @@ func (r *runner) life() runnerDone {
 		return r.refused(err)
 	}
 	r.logFirst = rep.Log
+	if r.logFirst == nil && r.sends > 1 {
+		r.logFirst = r.firstLogURLs()
+	}
 	spec, err := ParseSpec(r.step.Spec)
 	if err != nil {
 		r.log.Warn("a spec the agent cannot run", "error", err.Error())
@@ -268,6 +272,7 @@ func (r *runner) execute(spec Spec) result {
 		r.log.Warn("step killed: the lease is gone", attrs...)
 		if r.upload != nil {
 			r.upload.Abort()
+			r.upload = nil
 		}
 		return result{none: true}
 	case r.reason == stopGuard:
@@ -317,16 +322,18 @@ func (r *runner) startLog(out *os.File, begin, from int64) {
 
 // endLog waits (a bounded time) for the try's log to be stored, and says so for the message
 // when it could not be: the node's copy at path is then the only whole one. Only the first
-// call waits.
+// call does anything.
 func (r *runner) endLog(path string) string {
-	if r.upload == nil {
+	up := r.upload
+	if up == nil {
 		return ""
 	}
+	r.upload = nil
 	var why string
 	if r.reason == stopShutdown {
-		why = r.upload.FinishWithin(shutdownLogWait)
+		why = up.FinishWithin(shutdownLogWait)
 	} else {
-		why = r.upload.Finish()
+		why = up.Finish()
 	}
 	if why == "" {
 		return ""
@@ -346,6 +353,23 @@ func (r *runner) logSummary() *client.LogSummary {
 		return nil
 	}
 	return r.a.logs.get(r.logKey()).Summary()
+}
+
+// firstLogURLs asks for the try's first batch when the started report's answer brought none
+// but may have been a repeat's: an answer lost on the way and the report sent again is
+// answered as the same report, perhaps without the batch. A stack that keeps no logs answers
+// 404, and nothing is uploaded.
+func (r *runner) firstLogURLs() *client.LogUpload {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := r.logURLs(ctx, 0, 16)
+	if err != nil {
+		if !client.HasCode(err, codeLogsNotStored) {
+			r.log.Warn("no log upload URLs for this try: its log is kept on the node only", "error", err.Error())
+		}
+		return nil
+	}
+	return b
 }
 
 // logURLs is the production URLSource: the API's log-urls route, fenced by this step's lease.
@@ -483,6 +507,7 @@ func (r *runner) send(req client.ReportRequest, starting bool) (*client.ReportRe
 		rep, err := a.api.Report(ctx, r.step.RunID, r.step.StepID, req)
 		cancel()
 		if err == nil {
+			r.sends = n
 			return rep, sent, nil
 		}
 		if refused(err) {
