@@ -333,6 +333,10 @@ type logFetch func(ctx context.Context, url string) ([]byte, error)
 // errURLExpired: S3 refused a presigned URL (403), past its few minutes.
 var errURLExpired = errors.New("the log's URL expired")
 
+// errNoObject: S3 has no such object (404): a live tail rewritten or removed between the
+// listing and the read.
+var errNoObject = errors.New("reading the log: S3 has no such object")
+
 // httpFetch GETs a presigned URL, no credentials of ours, trying again after a connection
 // that failed or a 5xx.
 func httpFetch(hc *http.Client) logFetch {
@@ -368,6 +372,8 @@ func httpFetch(hc *http.Client) logFetch {
 			switch {
 			case resp.StatusCode == http.StatusForbidden:
 				return nil, errURLExpired
+			case resp.StatusCode == http.StatusNotFound:
+				return nil, errNoObject
 			case resp.StatusCode >= 500 || err != nil:
 				last = cmp.Or(err, fmt.Errorf("S3 answered %d", resp.StatusCode))
 				continue
@@ -472,6 +478,9 @@ const (
 // follows the end of what was printed of it.
 func (s *logStream) showLive(ctx context.Context, lt *client.LiveTail) ([]byte, error) {
 	data, err := s.get(ctx, lt.URL)
+	if errors.Is(err, errNoObject) {
+		return nil, nil // the try ended since the listing: its tail is in its chunks now
+	}
 	if err != nil {
 		return nil, err
 	}

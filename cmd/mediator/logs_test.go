@@ -7,9 +7,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	locals3 "mediator/localdev/s3"
 	"mediator/shared/client"
 	"mediator/shared/wire"
 )
@@ -254,5 +261,94 @@ func TestVisibleWriterAcrossWrites(t *testing.T) {
 	want := `\x1b]0;owned\acafé` + "\n" + `next\u202e` + "\tline" + `\rx\xff` + "\nend" + `\xc3` + "\n"
 	if b.String() != want {
 		t.Fatalf("shown\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// Against the local S3, through URLs presigned as the log route presigns them: the chunks are
+// read by plain GETs, joined and checked; an expired URL reads as expired, a missing live tail
+// as nothing new.
+func TestLogStreamReadsPresignedURLs(t *testing.T) {
+	var ahead atomic.Int64
+	srv, err := locals3.Start(t.Context(), locals3.Options{
+		Buckets: []string{"logs"},
+		Now:     func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	c, p := srv.Client(), srv.PresignClient()
+	parts := []string{"=== header\n", "line 1\n", strings.Repeat("x", 3<<20) + "\n"}
+	sl := &client.StepLog{Attempt: 1, State: wire.Succeeded, Stored: true}
+	var off int64
+	for i, part := range parts {
+		key := fmt.Sprintf("o/r/1/s/1/1/%08d", i)
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("logs"), Key: aws.String(key), Body: strings.NewReader(part)}); err != nil {
+			t.Fatal(err)
+		}
+		g, err := p.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("logs"), Key: aws.String(key)}, s3.WithPresignExpires(5*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sl.Chunks = append(sl.Chunks, client.LogChunk{Try: 1, Seq: i, Offset: off, Bytes: int64(len(part)), URL: g.URL})
+		off += int64(len(part))
+	}
+	sl = complete(sl, strings.Join(parts, ""))
+	get := httpFetch(&http.Client{Timeout: time.Minute})
+	s := &logStream{key: "s/1", step: "s", attempt: 1, get: get, h: sha256.New()}
+	got, err := s.advance(ctx, sl)
+	if err != nil || string(got) != strings.Join(parts, "") {
+		t.Fatalf("read %d bytes, %v", len(got), err)
+	}
+	if err := s.verify(sl); err != nil {
+		t.Fatal(err)
+	}
+	// A live tail listed but rewritten away since reads as nothing new.
+	g, _ := p.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("logs"), Key: aws.String("o/r/1/s/1/1/live")})
+	if got, err := s.showLive(ctx, &client.LiveTail{Try: 1, URL: g.URL}); err != nil || got != nil {
+		t.Fatalf("a missing live tail: %q %v", got, err)
+	}
+	ahead.Store(int64(10 * time.Minute))
+	if _, err := get(ctx, sl.Chunks[0].URL); !errors.Is(err, errURLExpired) {
+		t.Fatalf("an expired URL: %v", err)
+	}
+}
+
+// `mediator run` shows the end of a failed step's message, which ends with the error its
+// script printed last, and where its whole log is.
+func TestRunPointsToTheLogsOfAFailedStep(t *testing.T) {
+	var b bytes.Buffer
+	a := &app{environment: environment{stdout: &b, getenv: func(string) string { return "" }}}
+	code := 2
+	var msg strings.Builder
+	for i := 1; i <= 12; i++ {
+		fmt.Fprintf(&msg, "step line %d\r\n", i)
+	}
+	msg.WriteString("error: \x1b[31mboom\x1b[0m\n")
+	m := msg.String()
+	r := client.Run{RunID: "a", Steps: []client.Step{
+		{ID: "build", State: wire.Succeeded},
+		{ID: "test", State: wire.Failed, ExitCode: &code, Message: &m},
+		{ID: "lint", State: wire.Failed},
+	}}
+	a.printFailures(r, "client:alice")
+	want := `
+step test failed (exit 2), the last 8 lines of its message:
+    step line 6
+    step line 7
+    step line 8
+    step line 9
+    step line 10
+    step line 11
+    step line 12
+    error: \x1b[31mboom\x1b[0m
+  the whole log: mediator logs a test --owner client:alice
+
+step lint failed
+  the whole log: mediator logs a lint --owner client:alice
+`
+	if b.String() != want {
+		t.Fatalf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 }
