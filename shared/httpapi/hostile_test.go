@@ -37,7 +37,7 @@ type hostileCase struct {
 }
 
 // Tables a request could write to.
-var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events"}
+var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs"}
 
 // snapshot is every table's row count and a digest of its rows: a hostile request that
 // changed a row without adding one (a heartbeat rewriting labels, a renewed lease) shows too.
