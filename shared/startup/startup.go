@@ -94,12 +94,13 @@ func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slo
 // LogBucket is the step logs' bucket when LOG_BUCKET names one, else nil. Its S3 client takes
 // the default AWS configuration, endpoint included (AWS_ENDPOINT_URL_S3 points it at a local
 // stand-in, addressed path-style), and signs the URLs it hands out with the function's own
-// credentials.
-func LogBucket(ctx context.Context, cfg config.Config) (*steplogs.Bucket, error) {
+// credentials. opts change that configuration as the environment would (make dev points a
+// process serving every function at its local S3 without touching the other clients').
+func LogBucket(ctx context.Context, cfg config.Config, opts ...func(*awsconfig.LoadOptions) error) (*steplogs.Bucket, error) {
 	if cfg.Logs.Bucket == "" {
 		return nil, nil
 	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("LOG_BUCKET is set, but the AWS configuration cannot be loaded: %w", err)
 	}
