@@ -1,8 +1,9 @@
 // Command mediatorlocal runs Mediator on one machine:
 //
-//	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking;
-//	                        with AUTH=jwt, a local OAuth 2.0 issuer beside it and the people's
-//	                        routes behind a JWT authorizer
+//	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking,
+//	                        a local S3 keeping the steps' logs (S3_PORT, by default the API's + 2;
+//	                        its objects under .localdev/s3-dev); with AUTH=jwt, a local OAuth 2.0
+//	                        issuer beside it and the people's routes behind a JWT authorizer
 //	mediatorlocal migrate   make migrate: the migrate function's code against the local database
 //	mediatorlocal stop NAME stop the local PostgreSQL cluster NAME (dev, test, demo, bench) of this checkout
 //
@@ -19,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,7 +83,15 @@ func migrate(ctx context.Context) error {
 }
 
 func serve(ctx context.Context) error {
-	s, err := devserver.Open(ctx, options())
+	o := options()
+	port := envInt("PORT", 3000)
+	dir, err := localpg.ClusterDir("dev")
+	if err != nil {
+		return err
+	}
+	// Beside the cluster's folder, so that `make clean` removes it with the rest.
+	o.S3 = &devserver.LocalS3{Port: envInt("S3_PORT", port+2), Dir: filepath.Join(filepath.Dir(dir), "s3-dev")}
+	s, err := devserver.Open(ctx, o)
 	defer s.Stop()
 	if err != nil {
 		return err
@@ -92,7 +102,6 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
-	port := envInt("PORT", 3000)
 	var (
 		jwt *gateway.JWTAuthorizer
 		iss *issuer.Issuer
@@ -130,6 +139,11 @@ func serve(ctx context.Context) error {
 		fmt.Printf("  %s\n", tokens.Describe())
 	} else {
 		describeJWT(os.Stdout, iss, tokens, s.Base)
+	}
+	if s.S3 != nil {
+		fmt.Printf("  steps' logs: a local S3 on %s, bucket %s (S3_PORT; objects in .localdev/s3-dev)\n", s.S3.URL(), s.Config.Logs.Bucket)
+	} else {
+		fmt.Printf("  steps' logs: bucket %s (LOG_BUCKET)\n", s.Config.Logs.Bucket)
 	}
 	fmt.Printf("  try: curl -s %s/healthz\n\n", s.Base)
 	return s.Wait(ctx)
