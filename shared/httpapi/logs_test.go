@@ -654,3 +654,25 @@ func TestLogKeysEscapeTheirNames(t *testing.T) {
 		t.Fatalf("ci's log: %+v", l)
 	}
 }
+
+// A run's logs go while its rows are still there, and its key still taken: once the rows are
+// gone nothing names the objects, and a new run may take the key and its prefix.
+func TestRetentionRemovesLogsBeforeTheirRun(t *testing.T) {
+	t.Parallel()
+	s := startStep(t, oneNodeRun("old", "board"), apitest.Configure(func(c *config.Config) { c.RetentionDays = 30 }))
+	if r := s.finish(t, "s1", wire.ReportSucceeded, nil); r.Status != 200 {
+		t.Fatal(r)
+	}
+	s.env.Exec(`UPDATE runs SET finished_at = now() - interval '40 days' WHERE run_id = 'old'`)
+	var removed []store.PrunedRun
+	sum, err := s.env.Store.Reap(context.Background(), store.ReapParams{RemoveLogs: func(ctx context.Context, r store.PrunedRun) error {
+		if n := s.env.Count(`SELECT count(*) FROM runs WHERE run_id = $1`, r.Key); n != 1 {
+			t.Errorf("the logs of %s removed after its row went", r.Key)
+		}
+		removed = append(removed, r)
+		return fmt.Errorf("S3 said no")
+	}})
+	if err != nil || sum.Pruned != 1 || len(removed) != 1 || removed[0] != (store.PrunedRun{Owner: "client:alice", Key: "old"}) {
+		t.Fatalf("pruned %d, removed %v, %v", sum.Pruned, removed, err)
+	}
+}
