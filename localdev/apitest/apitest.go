@@ -81,6 +81,7 @@ type options struct {
 	publisher func(*store.Store, *slog.Logger) *publish.Publisher
 	noLogs    bool
 	s3Clock   func() time.Time
+	s3Front   func(string) string
 }
 
 // Configure changes the configuration before the store is opened.
@@ -102,6 +103,11 @@ func Publisher(fn func(*store.Store, *slog.Logger) *publish.Publisher) Option {
 
 // NoLogBucket builds a stack that keeps no step logs (LOG_BUCKET empty).
 func NoLogBucket() Option { return func(o *options) { o.noLogs = true } }
+
+// S3Through puts an endpoint of the test's own in front of the local S3 — a proxy it can cut —
+// given the S3's URL and answering the one to use: the functions' client and so every presigned
+// URL go through it, as S3 would be reached over a network that can fail.
+func S3Through(front func(s3URL string) string) Option { return func(o *options) { o.s3Front = front } }
 
 // S3Clock is the local S3's clock, against which it judges presigned URLs' expiry.
 func S3Clock(now func() time.Time) Option { return func(o *options) { o.s3Clock = now } }
@@ -158,8 +164,12 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Cleanup(func() { _ = s3.Close() })
 		cfg.Logs.Bucket = LogBucket
 		d.Config = cfg
+		endpoint := s3.URL()
+		if o.s3Front != nil {
+			endpoint = o.s3Front(endpoint)
+		}
 		d.Logs = steplogs.New(steplogs.NewClient(aws.Config{
-			Region: s3.Region(), Credentials: s3.Credentials(), BaseEndpoint: aws.String(s3.URL()),
+			Region: s3.Region(), Credentials: s3.Credentials(), BaseEndpoint: aws.String(endpoint),
 		}), cfg.Logs)
 	}
 	if o.publisher != nil {
