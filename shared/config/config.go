@@ -179,8 +179,8 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
 		Logs: Logs{
 			Bucket:          r.matching("LOG_BUCKET", bucketPattern, "an S3 bucket name: 3 to 63 lower-case letters, digits, dots or hyphens"),
-			MaxBytesPerStep: int64(r.integer("LOG_MAX_BYTES_PER_STEP", 256<<20, minLogBytes, maxLogBytes)),
-			TailBytes:       int64(r.integer("LOG_TAIL_BYTES", 16<<20, minLogBytes, maxLogBytes)),
+			MaxBytesPerStep: r.bytes("LOG_MAX_BYTES_PER_STEP", 256<<20, minLogBytes, maxLogBytes),
+			TailBytes:       r.bytes("LOG_TAIL_BYTES", 16<<20, minLogBytes, maxLogBytes),
 			Flush:           r.decimalSeconds("LOG_FLUSH_SECONDS", 2*time.Second, minFlushInterval, maxFlushInterval),
 		},
 		Auth: auth.Settings{
@@ -314,6 +314,20 @@ func (r *reader) integer(name string, def, lo, hi int) int {
 
 func (r *reader) seconds(name string, def, lo, hi int) time.Duration {
 	return time.Duration(r.integer(name, def, lo, hi)) * time.Second
+}
+
+// bytes is a size in bytes within [lo, hi], read as 64 bits whatever the platform's int.
+func (r *reader) bytes(name string, def, lo, hi int64) int64 {
+	raw := r.text(name)
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < lo || n > hi {
+		r.fail(name, fmt.Sprintf("a number of bytes from %d to %d", lo, hi), raw)
+		return def
+	}
+	return n
 }
 
 // decimalSeconds is a number of seconds that may have a fraction (0.5), within [lo, hi].

@@ -21,21 +21,23 @@ var (
 // report is: the step RUNNING under the lease the node holds, at p's boot and epoch. A run or
 // step that does not exist is ErrNotFound; anything else not so is ErrStaleAssignment, and the
 // node gets no URLs.
+//
+// One statement, so one transaction of its own: it writes nothing, and what it read may change
+// the moment it answers — which is why a URL names the lease's attempt, try and epoch, and a
+// reader of a later lease's log never lists them.
 func (s *Store) LogUploadTarget(ctx context.Context, p wire.LogURLs) (LogTarget, error) {
-	return inTx(ctx, s, func(tx pgx.Tx) (LogTarget, error) {
-		t := LogTarget{RunKey: p.RunID, StepID: p.StepID, Epoch: p.Epoch}
-		var fenced bool
-		err := logUploadTargetStmt.queryRow(ctx, tx, named{
-			"run_id": p.RunID, "step_id": p.StepID, "node_id": p.NodeID, "boot_id": p.BootID, "epoch": p.Epoch,
-		}).Scan(&t.Owner, &t.Attempt, &t.Try, &fenced)
-		if err != nil {
-			return LogTarget{}, err
-		}
-		if !fenced {
-			return LogTarget{}, ErrStaleAssignment
-		}
-		return t, nil
-	})
+	t := LogTarget{RunKey: p.RunID, StepID: p.StepID, Epoch: p.Epoch}
+	var fenced bool
+	err := logUploadTargetStmt.queryRow(ctx, s.pool, named{
+		"run_id": p.RunID, "step_id": p.StepID, "node_id": p.NodeID, "boot_id": p.BootID, "epoch": p.Epoch,
+	}).Scan(&t.Owner, &t.Attempt, &t.Try, &fenced)
+	if err != nil {
+		return LogTarget{}, err
+	}
+	if !fenced {
+		return LogTarget{}, ErrStaleAssignment
+	}
+	return t, nil
 }
 
 // StepLogParams name a step's log as a reader does: the run as GET /v1/runs/{run_id} names it,

@@ -157,6 +157,10 @@ func (s *Store) prune(ctx context.Context, p ReapParams, sum *ReapSummary) error
 	return nil
 }
 
+// removeLogsWithin bounds the removal of one run's logs: an S3 that does not answer must cost
+// the reap a few seconds a run, not its whole deadline.
+const removeLogsWithin = 5 * time.Second
+
 // removeLogsBeforePrune removes the logs of the next batch of runs due (listed of them), when
 // the reap removes logs at all (keys nil when it does not: any run due may be pruned). keys are
 // the runs dealt with in time: those whose logs were removed, or could not be (logged), or that
@@ -182,7 +186,10 @@ func (s *Store) removeLogsBeforePrune(ctx context.Context, p ReapParams) (batch,
 			break
 		}
 		if r.Ran {
-			if err := p.RemoveLogs(ctx, r.PrunedRun); err != nil {
+			rctx, cancel := context.WithTimeout(ctx, removeLogsWithin)
+			err := p.RemoveLogs(rctx, r.PrunedRun)
+			cancel()
+			if err != nil {
 				s.log.Warn("step logs not removed before their run was pruned: the bucket's lifecycle rule expires them",
 					"run_key", r.Key, "owner", r.Owner, "error", err.Error())
 			}
