@@ -85,7 +85,7 @@ tail, which --follow prints as it changes.
 			}
 			api = forOwner(api, owner)
 			if a.json() {
-				sl, err := api.StepLog(cmd.Context(), args[0], step, attempt)
+				sl, err := api.StepLog(cmd.Context(), args[0], step, client.StepLogParams{Attempt: attempt})
 				if err != nil {
 					return err
 				}
@@ -178,7 +178,7 @@ func (s *logSession) print(ctx context.Context, step string, attempt int) error 
 		}
 	}
 	for _, id := range steps {
-		sl, err := s.api.StepLog(ctx, s.runID, id, attempt)
+		sl, err := s.api.StepLog(ctx, s.runID, id, client.StepLogParams{Attempt: attempt})
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,11 @@ func (s *logSession) follow(ctx context.Context, only string, attempt int) (stri
 				}
 				continue
 			}
-			sl, err := s.api.StepLog(ctx, s.runID, st.ID, attempt)
+			var from int64 // where this attempt's log was read to
+			if ls := s.streams[key]; ls != nil {
+				from = ls.off
+			}
+			sl, err := s.api.StepLog(ctx, s.runID, st.ID, client.StepLogParams{Attempt: attempt, From: from})
 			if err != nil {
 				return "", err
 			}
@@ -279,8 +283,9 @@ func (s *logSession) follow(ctx context.Context, only string, attempt int) (stri
 	}
 }
 
-// read prints what is new in ls's log as sl lists it, reading the log route again when the
-// chunks' URLs expired on the way (they live minutes; a large log may take longer). It says
+// read prints what is new in ls's log as sl lists it, reading the log route again, from where
+// it got to, for the next page of a long log and when the chunks' URLs expired on the way (they
+// live minutes; a large log may take longer). sl ends as the last answer read, and it says
 // how many bytes it printed.
 func (s *logSession) read(ctx context.Context, ls *logStream, sl *client.StepLog) (int, error) {
 	printed, stuck := 0, 0
@@ -289,18 +294,22 @@ func (s *logSession) read(ctx context.Context, ls *logStream, sl *client.StepLog
 		data, err := ls.advance(ctx, sl)
 		s.out.write(ls.key, logHeader(ls.step, ls.attempt, ""), data)
 		printed += len(data)
-		if !errors.Is(err, errURLExpired) {
+		switch {
+		case errors.Is(err, errURLExpired):
+			if ls.off == before {
+				stuck++
+			}
+			if stuck >= 3 {
+				return printed, err
+			}
+		case err != nil, !sl.More, ls.off == before:
 			return printed, err
 		}
-		if ls.off == before {
-			stuck++
-		}
-		if stuck >= 3 {
+		next, err := s.api.StepLog(ctx, s.runID, ls.step, client.StepLogParams{Attempt: ls.attempt, From: ls.off})
+		if err != nil {
 			return printed, err
 		}
-		if sl, err = s.api.StepLog(ctx, s.runID, ls.step, ls.attempt); err != nil {
-			return printed, err
-		}
+		*sl = *next
 	}
 }
 

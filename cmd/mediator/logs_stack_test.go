@@ -107,7 +107,7 @@ func TestLogsFollowShowsEachLineWithinSeconds(t *testing.T) {
 	if r.code != 0 || r.stdout != string(local) {
 		t.Fatalf("mediator logs:\n%s\nwant the local file byte for byte:\n%s", r, local)
 	}
-	sl, err := api(t, base, "dev-client").StepLog(context.Background(), "ticks", "tick", 0)
+	sl, err := api(t, base, "dev-client").StepLog(context.Background(), "ticks", "tick", client.StepLogParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestLogsWhenS3IsOutOfReach(t *testing.T) {
 		t.Fatalf("the local copy:\n%s", local)
 	}
 	s3.setCut(false)
-	sl, err := api(t, base, "dev-client").StepLog(context.Background(), "cut", "s", 0)
+	sl, err := api(t, base, "dev-client").StepLog(context.Background(), "cut", "s", client.StepLogParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ var (
 	opHealth     = Operation{"GET", "/healthz", nil, []int{200}, "Health"}
 	opOpenAPI    = Operation{"GET", "/v1/openapi.json", nil, []int{200}, "OpenAPI"}
 	opLogURLs    = Operation{"POST", "/v1/runs/{run_id}/steps/{step_id}/log-urls", nil, []int{200}, "LogURLs"}
-	opStepLog    = Operation{"GET", "/v1/runs/{run_id}/steps/{step_id}/log", []string{"attempt", "owner"}, []int{200}, "StepLog"}
+	opStepLog    = Operation{"GET", "/v1/runs/{run_id}/steps/{step_id}/log", []string{"attempt", "owner", "from"}, []int{200}, "StepLog"}
 )
 
 // Operations is every route this client calls.
@@ -223,15 +223,18 @@ func (c *Client) LogURLs(ctx context.Context, runID, stepID string, r LogURLsReq
 }
 
 // StepLog is a step's log as it stands: the chunks uploaded so far as presigned GET URLs, in
-// order. attempt 0 is the run's latest.
-func (c *Client) StepLog(ctx context.Context, runID, stepID string, attempt int) (*StepLog, error) {
+// order, from p.From on, a page at a time (StepLog.More).
+func (c *Client) StepLog(ctx context.Context, runID, stepID string, p StepLogParams) (*StepLog, error) {
 	out := &StepLog{}
 	k := c.ofOwner(opStepLog.call(runID, stepID))
-	if attempt > 0 {
-		if k.query == nil {
-			k.query = url.Values{}
-		}
-		k.query.Set("attempt", strconv.Itoa(attempt))
+	if k.query == nil {
+		k.query = url.Values{}
+	}
+	if p.Attempt > 0 {
+		k.query.Set("attempt", strconv.Itoa(p.Attempt))
+	}
+	if p.From > 0 {
+		k.query.Set("from", strconv.FormatInt(p.From, 10))
 	}
 	return out, c.do(ctx, k, out)
 }

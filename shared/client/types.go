@@ -340,9 +340,19 @@ type StepLog struct {
 	SHA256    *string    `json:"sha256"`
 	ExpiresAt time.Time  `json:"expires_at"`
 	Chunks    []LogChunk `json:"chunks"`
+	// More: the answer is a page, and chunks past its last follow; read again from where its
+	// chunks end (StepLogParams.From).
+	More bool `json:"more"`
 	// Live is the live tail of a try past its cap, while it runs: the newest output, which no
 	// chunk holds yet.
 	Live *LiveTail `json:"live"`
+}
+
+// StepLogParams choose what of a step's log to read: Attempt 0 is the run's latest; From is
+// the byte offset to list from (chunks that end at or before it are left out).
+type StepLogParams struct {
+	Attempt int
+	From    int64
 }
 
 // LogChunk is one stored chunk: Offset is where its bytes start in the log.

@@ -93,6 +93,14 @@ func stepLog(c *call) (reply, error) {
 		}
 		attempt = n
 	}
+	var from int64
+	if raw, given := c.query["from"]; given {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n < 0 || strconv.FormatInt(n, 10) != raw {
+			return reply{}, problem.Invalid([]problem.FieldError{{Path: "from", Message: "must be a byte offset of the log: a whole number, 0 or more"}})
+		}
+		from = n
+	}
 	facts, err := c.d.Store.StepLogFacts(c.ctx, store.StepLogParams{Run: ref, StepID: stepID, Attempt: attempt})
 	if err != nil {
 		return reply{}, err
@@ -100,7 +108,7 @@ func stepLog(c *call) (reply, error) {
 	if c.d.Logs == nil {
 		return reply{http.StatusOK, steplogs.NotStored(facts)}, nil
 	}
-	log, err := c.d.Logs.Read(c.ctx, facts)
+	log, err := c.d.Logs.Read(c.ctx, facts, from)
 	if err != nil {
 		return reply{}, c.bucketUnavailable(err)
 	}

@@ -676,3 +676,55 @@ func TestRetentionRemovesLogsBeforeTheirRun(t *testing.T) {
 		t.Fatalf("pruned %d, removed %v, %v", sum.Pruned, removed, err)
 	}
 }
+
+// A log of more chunks than one answer lists is read in pages: each answer lists at most
+// steplogs.MaxChunksRead chunks from the offset asked for, says more follow, and the pages
+// joined are the whole log, complete, with the size and digest the node reported; a bad
+// offset is a 400 naming it.
+func TestStepLogIsReadInPages(t *testing.T) {
+	t.Parallel()
+	s := startStep(t, oneNodeRun("r", "board"))
+	target := store.LogTarget{Owner: "client:alice", RunKey: "r", Attempt: 1, StepID: "s1", Try: 1, Epoch: s.epoch}
+	var log strings.Builder
+	for seq := range steplogs.MaxChunksRead + 3 {
+		chunk := fmt.Sprintf("line %d\n", seq)
+		log.WriteString(chunk)
+		if _, err := s3Client(s.env).PutObject(context.Background(), &s3.PutObjectInput{
+			Bucket: aws.String(apitest.LogBucket), Key: aws.String(steplogs.ChunkKey(target, seq)), Body: strings.NewReader(chunk),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := s.finish(t, "s1", wire.ReportSucceeded, summary(log.String(), true)); r.Status != 200 {
+		t.Fatal(r)
+	}
+	first := readLog(t, s.env, alice, "/v1/runs/r/steps/s1/log")
+	if len(first.Chunks) != steplogs.MaxChunksRead || !first.More || !first.Complete {
+		t.Fatalf("the first page: %d chunks, more %t, complete %t", len(first.Chunks), first.More, first.Complete)
+	}
+	head := text(t, first)
+	from := first.Chunks[len(first.Chunks)-1].Offset + first.Chunks[len(first.Chunks)-1].Bytes
+	rest := readLog(t, s.env, alice, fmt.Sprintf("/v1/runs/r/steps/s1/log?from=%d", from))
+	if len(rest.Chunks) != 3 || rest.More || rest.Chunks[0].Offset != from || rest.Chunks[0].Seq != steplogs.MaxChunksRead {
+		t.Fatalf("the second page: %+v", rest)
+	}
+	var tail strings.Builder
+	for _, c := range rest.Chunks {
+		resp, err := http.Get(c.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tail.Write(b)
+	}
+	if head+tail.String() != log.String() || rest.SHA256 == nil || *rest.SHA256 != summary(log.String(), true).SHA256 {
+		t.Fatalf("the pages joined are not the log")
+	}
+	for _, bad := range []string{"-1", "x", "01", "1e3"} {
+		r := s.env.Do(alice, "GET", "/v1/runs/r/steps/s1/log?from="+bad, nil)
+		if r.Status != 400 || !strings.Contains(string(r.Body), `"from"`) {
+			t.Errorf("from=%s: %s", bad, r)
+		}
+	}
+}

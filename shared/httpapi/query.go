@@ -27,7 +27,7 @@ func Query(d startup.Deps) Handler {
 		"GET /v1/queue":         {serve: queue},
 		"GET /v1/nodes":         {serve: listNodes},
 		"GET /v1/leases":        {serve: listLeases},
-		"GET /v1/runs/{run_id}/steps/{step_id}/log": {query: []string{"attempt", "owner"}, serve: stepLog},
+		"GET /v1/runs/{run_id}/steps/{step_id}/log": {query: []string{"attempt", "owner", "from"}, serve: stepLog},
 	})
 }
 

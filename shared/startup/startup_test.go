@@ -146,7 +146,7 @@ func TestLogBucketFromTheEnvironment(t *testing.T) {
 		t.Fatalf("PUT through the signed URL: %d", resp.StatusCode)
 	}
 	log, err := b.Read(ctx, store.StepLogFacts{RunID: "r", Owner: "client:alice", RunKey: "r", StepID: "s1", Attempt: 1,
-		Current: true, State: "RUNNING", Tries: 1})
+		Current: true, State: "RUNNING", Tries: 1}, 0)
 	if err != nil || len(log.Chunks) != 1 || log.Chunks[0].Bytes != int64(len("from the environment\n")) {
 		t.Fatalf("read back: %+v, %v", log, err)
 	}

@@ -43,7 +43,8 @@ const (
 
 // MaxChunksRead bounds the chunks one answer of the reader lists: each is a presigned URL of
 // about a kilobyte (1.4 with a Lambda session token), and an answer must stay under Lambda's 6
-// MB. A log of more chunks reads incomplete, cut there.
+// MB. A log of more chunks is read in pages: the answer says more, and the next read starts
+// from the offset the reader has reached.
 const MaxChunksRead = 2000
 
 // readContentType is what a presigned GET answers a chunk as, whatever its PUT said: a
@@ -188,7 +189,9 @@ type Log struct {
 	SHA256    *string   `json:"sha256"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Chunks    []Chunk   `json:"chunks"`
-	Live      *Live     `json:"live"`
+	// More: chunks past the last one listed exist; read again from where these end.
+	More bool  `json:"more"`
+	Live *Live `json:"live"`
 }
 
 // Chunk is one stored chunk; Offset is where its bytes start in the log.
@@ -228,10 +231,12 @@ type object struct {
 //     the step has one, else the greatest found;
 //   - in try order, each try's chunks from 0 in seq order, ending at the first gap or the first
 //     chunk larger than a chunk may be (a URL bounds no size: a node that wrote more than the
-//     rules allow has it left out, not handed to readers), or at MaxChunksRead;
+//     rules allow has it left out, not handed to readers);
+//   - of those, the chunks that end past from, at most MaxChunksRead (More says whether
+//     others follow): one read of a long log is a page, the listing still whole;
 //   - complete only when the step is final in that attempt, its node's report said every chunk
 //     was uploaded, nothing was cut, and the chunks add up to the size the report gave.
-func (b *Bucket) Read(ctx context.Context, f store.StepLogFacts) (Log, error) {
+func (b *Bucket) Read(ctx context.Context, f store.StepLogFacts, from int64) (Log, error) {
 	prefix := stepPrefix(f.Owner, f.RunKey, f.Attempt, f.StepID)
 	objects, err := b.list(ctx, prefix)
 	if err != nil {
@@ -255,13 +260,21 @@ func (b *Bucket) Read(ctx context.Context, f store.StepLogFacts) (Log, error) {
 	shown, live, cut := choose(objects, f)
 	var offset int64
 	for _, o := range shown {
+		start := offset
+		offset += o.bytes
+		if offset <= from && !(o.bytes == 0 && start == from) {
+			continue // read before
+		}
+		if len(log.Chunks) == MaxChunksRead {
+			log.More = true
+			continue
+		}
 		t := store.LogTarget{Owner: f.Owner, RunKey: f.RunKey, Attempt: f.Attempt, StepID: f.StepID, Try: o.try, Epoch: o.epoch}
 		link, err := get(ChunkKey(t, o.seq))
 		if err != nil {
 			return Log{}, err
 		}
-		log.Chunks = append(log.Chunks, Chunk{Try: o.try, Seq: o.seq, Offset: offset, Bytes: o.bytes, URL: link})
-		offset += o.bytes
+		log.Chunks = append(log.Chunks, Chunk{Try: o.try, Seq: o.seq, Offset: start, Bytes: o.bytes, URL: link})
 	}
 	if live != nil {
 		t := store.LogTarget{Owner: f.Owner, RunKey: f.RunKey, Attempt: f.Attempt, StepID: f.StepID, Try: live.try, Epoch: live.epoch}
@@ -312,7 +325,7 @@ func choose(objects []object, f store.StepLogFacts) (shown []object, live *objec
 		chunks := byTry[try]
 		sort.Slice(chunks, func(i, j int) bool { return chunks[i].seq < chunks[j].seq })
 		for i, o := range chunks {
-			if o.seq != i || o.bytes > wire.LogChunkMaxBytes || len(shown) == MaxChunksRead {
+			if o.seq != i || o.bytes > wire.LogChunkMaxBytes {
 				return shown, live, true
 			}
 			shown = append(shown, o)
