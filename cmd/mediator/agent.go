@@ -29,9 +29,19 @@ name by default) with its labels (--labels, repeatable, and --labels-file, one l
 runnable step of its role, several at once when several are runnable, each in a process group
 of its own, in a fresh directory under --work-dir. It reports each started, then succeeded,
 failed (with the exit code; 128 + the signal for a killed process) or cancelled, with the last
-4 KiB of its combined output as the message and the last 64 KiB as the output. Every step's
-whole output stays under --work-dir/output, one file per run, step and attempt, the newest
+lines of its combined output as the message (whole lines, at most 4 KiB: the error a script
+printed last is what the run shows) and the last 64 KiB as the output. Every step's whole
+output stays under --work-dir/output, one file per run, step and attempt, the newest
 --keep-outputs kept.
+
+In a stack that keeps logs, the agent also streams each step's output, as it runs, to S3
+through the presigned URLs the API gives the node holding the step's lease: numbered chunks,
+the first output within about a second, then what is new every LOG_FLUSH_SECONDS, everything
+at the step's end (which waits at most 30 s for it). Past LOG_MAX_BYTES_PER_STEP of one try it
+keeps only a rolling tail, and stores the try's beginning, a line saying how much was left
+out, and its last LOG_TAIL_BYTES. An upload that fails is tried again and never holds up or
+fails the step; the report says what was stored (size and SHA-256), and, when not all of it
+was, its message says so and where the whole log is on the node. mediator logs reads them.
 
 A step's spec, as the agent reads it:
   {"cmd": "make test"}                   run by /bin/sh -c

@@ -309,7 +309,7 @@ func sessionEnv() []string {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(name, "MEDIATOR_"), name == "NO_COLOR", name == "DATABASE_URL", name == "PORT",
+		case strings.HasPrefix(name, "MEDIATOR_"), name == "NO_COLOR", name == "DATABASE_URL", name == "PORT", name == "S3_PORT",
 			name == "FRESH", name == "AUTH", name == "MAKEFLAGS", name == "MFLAGS", name == "GNUMAKEFLAGS", name == "MAKELEVEL":
 		default:
 			env = append(env, kv)
@@ -391,11 +391,13 @@ func makeDev(t *testing.T, root string, env []string, shown transcript) devStack
 	// for its roles, which the migrator alone may not.
 	dbURL := testdb.Admin(testdb.URL(t))
 	for try := 0; ; try++ {
-		port, issuerPort := freePort(t), freePort(t)
+		port, issuerPort, s3Port := freePort(t), freePort(t), freePort(t)
 		host, issuerHost := "127.0.0.1:"+strconv.Itoa(port), "127.0.0.1:"+strconv.Itoa(issuerPort)
+		s3Host := "127.0.0.1:" + strconv.Itoa(s3Port)
 		cmd := exec.Command("make", args...)
 		cmd.Dir = root
-		cmd.Env = append(env[:len(env):len(env)], "PORT="+strconv.Itoa(port), "ISSUER_PORT="+strconv.Itoa(issuerPort), "DATABASE_URL="+dbURL)
+		cmd.Env = append(env[:len(env):len(env)], "PORT="+strconv.Itoa(port), "ISSUER_PORT="+strconv.Itoa(issuerPort),
+			"S3_PORT="+strconv.Itoa(s3Port), "DATABASE_URL="+dbURL)
 		out, err := group(cmd)
 		if err != nil {
 			t.Fatal(err)
@@ -434,8 +436,8 @@ func makeDev(t *testing.T, root string, env []string, shown transcript) devStack
 		t.Cleanup(func() { stopGroup(cmd, syscall.SIGTERM) })
 		dev := devStack{
 			base:     "http://" + host,
-			toLocal:  strings.NewReplacer("127.0.0.1:3000", host, "127.0.0.1:3001", issuerHost),
-			toREADME: strings.NewReplacer(host, "127.0.0.1:3000", issuerHost, "127.0.0.1:3001"),
+			toLocal:  strings.NewReplacer("127.0.0.1:3000", host, "127.0.0.1:3001", issuerHost, "127.0.0.1:3002", s3Host),
+			toREADME: strings.NewReplacer(host, "127.0.0.1:3000", issuerHost, "127.0.0.1:3001", s3Host, "127.0.0.1:3002"),
 		}
 		got := lines(dev.toREADME.Replace(strings.Join(printed, "\n")))
 		if !matchTranscript(shown.expect, got) {

@@ -81,7 +81,7 @@ type oauthFlags struct {
 
 // commands are the subcommands, each built on the app's global flags and client.
 var commands = []func(*app) *cobra.Command{
-	submitCommand, runsCommand, runCommand, cancelCommand, priorityCommand,
+	submitCommand, runsCommand, runCommand, logsCommand, cancelCommand, priorityCommand,
 	queueCommand, nodesCommand, leasesCommand, drainCommand, undrainCommand,
 	agentCommand, versionCommand,
 }
@@ -93,8 +93,9 @@ func newRoot(a *app) *cobra.Command {
 		Use:   "mediator",
 		Short: "Submit and follow runs on Mediator, look at its queue and fleet, and put a machine to work",
 		Long: `mediator talks to a Mediator API: it submits runs (YAML or JSON, the body POST /v1/runs
-takes) and follows them to their end, lists and inspects runs, cancels them, and shows the
-queue, the fleet and the leases. mediator agent makes this machine a node that runs steps.
+takes) and follows them to their end, lists and inspects runs, prints and follows their steps'
+logs, cancels them, and shows the queue, the fleet and the leases. mediator agent makes this
+machine a node that runs steps.
 
 The API is --url (or MEDIATOR_URL; ` + defaultURL + `, what make dev serves). Credentials
 are one of:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -159,7 +160,7 @@ func runCommand(a *app) *cobra.Command {
 				writeBody(a.stdout, d.Body)
 				return nil
 			}
-			a.printRun(d)
+			a.printRun(d, owner)
 			return nil
 		},
 	}
@@ -167,7 +168,7 @@ func runCommand(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) printRun(d *client.RunDetail) {
+func (a *app) printRun(d *client.RunDetail, owner string) {
 	w, r, now := a.stdout, d.Run, a.now()
 	colour := a.colour(a.stdoutTTY)
 	fmt.Fprintf(w, "run %s: %s", visible(r.RunID), colourState(colour, r.State)+reasonSuffix(r))
@@ -217,6 +218,7 @@ func (a *app) printRun(d *client.RunDetail) {
 			agoPtr(s.StartedAt, now), agoPtr(s.FinishedAt, now), oneLine(deref(s.Message)))
 	}
 	steps.write(w, colour)
+	a.printFailures(r, owner)
 
 	if len(d.History) == 0 {
 		return
@@ -229,6 +231,46 @@ func (a *app) printRun(d *client.RunDetail) {
 			deref(e.Reason), deref(e.NodeID))
 	}
 	history.write(w, colour)
+}
+
+// failureLines is how many of a failed step's message's last lines `mediator run` shows.
+const failureLines = 8
+
+// printFailures shows, under the steps, the end of each failed step's message — its output's
+// last lines, which end with the error a script printed last — and where the rest is.
+func (a *app) printFailures(r client.Run, owner string) {
+	w := a.stdout
+	for _, s := range r.Steps {
+		if s.State != wire.Failed {
+			continue
+		}
+		fmt.Fprintln(w)
+		line := "step " + visible(s.ID) + " failed"
+		if s.ExitCode != nil {
+			line += fmt.Sprintf(" (exit %d)", *s.ExitCode)
+		}
+		msg := strings.TrimRight(strings.ReplaceAll(deref(s.Message), "\r\n", "\n"), "\n")
+		if msg != "" {
+			lines := strings.Split(msg, "\n")
+			if len(lines) > failureLines {
+				line += fmt.Sprintf(", the last %d lines of its message:", failureLines)
+				lines = lines[len(lines)-failureLines:]
+			} else {
+				line += ":"
+			}
+			fmt.Fprintln(w, line)
+			for _, l := range lines {
+				fmt.Fprintln(w, "    "+escape(l, true))
+			}
+		} else {
+			fmt.Fprintln(w, line)
+		}
+		cmd := "mediator logs " + visible(r.RunID) + " " + visible(s.ID)
+		if o := cmp.Or(owner, r.Owner); o != "" { // an admin's: the id may be several owners'
+			cmd += " --owner " + visible(o)
+		}
+		fmt.Fprintf(w, "  the whole log: %s\n", cmd)
+	}
 }
 
 // oneLine keeps a message's cell short: its first line, cut at a character's start (a cut

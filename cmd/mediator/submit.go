@@ -19,10 +19,10 @@ import (
 
 func submitCommand(a *app) *cobra.Command {
 	var file, runID string
-	var dry, wait bool
+	var dry, wait, logs bool
 	var priority int
 	cmd := &cobra.Command{
-		Use:     "submit -f FILE [--run-id ID] [--priority P] [--dry-run] [--wait]",
+		Use:     "submit -f FILE [--run-id ID] [--priority P] [--dry-run] [--wait [--logs]]",
 		Short:   "Submit a run from a YAML or JSON file, and optionally follow it to its end",
 		GroupID: "runs",
 		Long: `Submit a run. FILE (- for stdin) is the body POST /v1/runs takes, in JSON or YAML:
@@ -51,6 +51,8 @@ On a terminal it keeps one status line up to date. Otherwise (a CI log, a pipe) 
 line per change, in the order they happened however far apart its reads of the run: each
 event of the run's history (promoted, cancel_requested, released, ...), each step's end, a
 new queue position, and last the run's final status.
+--logs prints the steps' logs instead as they run (as mediator logs --follow does: a header
+whenever the step whose output follows changes), then how the run ended.
 
 ` + exitCodesHelp,
 		Args: noArgs,
@@ -61,6 +63,12 @@ new queue position, and last the run's final status.
 			if dry && wait {
 				return usagef("--dry-run stores nothing: there is no run to --wait for")
 			}
+			if logs && !wait {
+				return usagef("--logs goes with --wait: it follows the steps' logs until the run ends")
+			}
+			if logs && a.json() {
+				return usagef("--logs writes the logs to stdout, where --output json writes the API's answers: give one")
+			}
 			var prio *int
 			if cmd.Flags().Changed("priority") {
 				if priority < 0 || priority > 100 {
@@ -68,7 +76,7 @@ new queue position, and last the run's final status.
 				}
 				prio = &priority
 			}
-			return a.submit(cmd.Context(), file, runID, prio, dry, wait)
+			return a.submit(cmd.Context(), file, runID, prio, dry, wait, logs)
 		},
 	}
 	f := cmd.Flags()
@@ -77,10 +85,11 @@ new queue position, and last the run's final status.
 	f.IntVar(&priority, "priority", 0, "the run's priority, 0 to 100, higher first (when the file gives none)")
 	f.BoolVar(&dry, "dry-run", false, "only say whether the run could be placed now; store nothing")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; the exit code says how")
+	f.BoolVar(&logs, "logs", false, "with --wait: print the steps' logs as they run")
 	return cmd
 }
 
-func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry, wait bool) error {
+func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry, wait, logs bool) error {
 	data, err := a.readFile(file)
 	if err != nil {
 		return usage(err)
@@ -125,7 +134,12 @@ func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry
 	case !wait:
 		return nil
 	}
-	final, err := a.follow(ctx, api, s.Run)
+	var final *client.RunDetail
+	if logs {
+		final, err = a.followLogs(ctx, api, s.Run)
+	} else {
+		final, err = a.follow(ctx, api, s.Run)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			id := visible(s.Run.RunID)

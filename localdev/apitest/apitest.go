@@ -5,7 +5,9 @@
 // OpenAPI document (contract.go): an exchange it does not describe fails the test. The store
 // logs in as the application role, as every serving function does, so every handler test also
 // proves the role's grants suffice; the test's own reads and writes around the handlers
-// (Exec, Count) go as the migrator, the schema's owner.
+// (Exec, Count) go as the migrator, the schema's owner. Steps' logs go to a local S3 of the
+// test's own (localdev/s3), reached through the real SDK client and presigner as a function
+// reaches S3.
 package apitest
 
 import (
@@ -21,16 +23,19 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"mediator/localdev/gateway"
+	locals3 "mediator/localdev/s3"
 	"mediator/localdev/testdb"
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
 	"mediator/shared/publish"
 	"mediator/shared/startup"
+	"mediator/shared/steplogs"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
 	"mediator/shared/wire"
@@ -48,6 +53,9 @@ func Client(id string) auth.Principal { return auth.Principal{Kind: auth.Client,
 // Node is the principal of node id.
 func Node(id string) auth.Principal { return auth.Principal{Kind: auth.Node, ID: id} }
 
+// LogBucket is the bucket of every test's local S3.
+const LogBucket = "mediator-logs"
+
 // Env is a test's whole Mediator: configuration, store, handlers.
 type Env struct {
 	T         testing.TB
@@ -55,9 +63,11 @@ type Env struct {
 	Store     *store.Store
 	Deps      startup.Deps
 	Functions map[string]httpapi.Handler
-	gw        *gateway.Gateway
-	database  string        // the URL of the test's database, as the migrator, without the session's settings
-	owner     *pgxpool.Pool // the test's database as the migrator: Exec, Count and the like
+	// S3 is the local S3 that keeps the steps' logs (nil with NoLogBucket).
+	S3       *locals3.Server
+	gw       *gateway.Gateway
+	database string        // the URL of the test's database, as the migrator, without the session's settings
+	owner    *pgxpool.Pool // the test's database as the migrator: Exec, Count and the like
 }
 
 // Option changes how the test's Mediator is built.
@@ -69,6 +79,9 @@ type options struct {
 	session   []string
 	tracer    pgx.QueryTracer
 	publisher func(*store.Store, *slog.Logger) *publish.Publisher
+	noLogs    bool
+	s3Clock   func() time.Time
+	s3Front   func(string) string
 }
 
 // Configure changes the configuration before the store is opened.
@@ -87,6 +100,17 @@ func Tracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t }
 func Publisher(fn func(*store.Store, *slog.Logger) *publish.Publisher) Option {
 	return func(o *options) { o.publisher = fn }
 }
+
+// NoLogBucket builds a stack that keeps no step logs (LOG_BUCKET empty).
+func NoLogBucket() Option { return func(o *options) { o.noLogs = true } }
+
+// S3Through puts an endpoint of the test's own in front of the local S3 — a proxy it can cut —
+// given the S3's URL and answering the one to use: the functions' client and so every presigned
+// URL go through it, as S3 would be reached over a network that can fail.
+func S3Through(front func(s3URL string) string) Option { return func(o *options) { o.s3Front = front } }
+
+// S3Clock is the local S3's clock, against which it judges presigned URLs' expiry.
+func S3Clock(now func() time.Time) Option { return func(o *options) { o.s3Clock = now } }
 
 // New opens a store on a fresh database and builds every handler on it.
 func New(t testing.TB, opts ...Option) *Env {
@@ -132,6 +156,22 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	t.Cleanup(owner.Close)
 	d := startup.Deps{Store: st, Config: cfg, Log: log}
+	var s3 *locals3.Server
+	if !o.noLogs {
+		if s3, err = locals3.Start(context.Background(), locals3.Options{Buckets: []string{LogBucket}, Now: o.s3Clock}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s3.Close() })
+		cfg.Logs.Bucket = LogBucket
+		d.Config = cfg
+		endpoint := s3.URL()
+		if o.s3Front != nil {
+			endpoint = o.s3Front(endpoint)
+		}
+		d.Logs = steplogs.New(steplogs.NewClient(aws.Config{
+			Region: s3.Region(), Credentials: s3.Credentials(), BaseEndpoint: aws.String(endpoint),
+		}), cfg.Logs)
+	}
 	if o.publisher != nil {
 		d.Publisher = o.publisher(st, log)
 		if err := st.SetPublishing(ctx, true); err != nil {
@@ -139,7 +179,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		}
 	}
 	fns := httpapi.Functions(d)
-	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns,
+	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns, S3: s3,
 		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}, database: o.database, owner: owner}
 }
 

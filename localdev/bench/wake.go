@@ -142,7 +142,7 @@ func (b *bench) queueReads(ctx context.Context, depth int) error {
 // until then a read walks the folded rows' dead index entries. The wake node is free: the
 // sweep's wake places the head on it, and it is put back.
 func (b *bench) reapOnce(ctx context.Context) error {
-	sum, err := b.stack.Store.Reap(ctx)
+	sum, err := b.stack.Store.Reap(ctx, store.ReapParams{})
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (b *bench) reapOnce(ctx context.Context) error {
 // hundreds of thousands of rows a section's queue leaves are summed by every later queued
 // submit's queue_position), then everything is vacuumed.
 func (b *bench) vacuum(ctx context.Context) error {
-	if _, err := b.stack.Store.Reap(ctx); err != nil {
+	if _, err := b.stack.Store.Reap(ctx, store.ReapParams{}); err != nil {
 		return err
 	}
 	return b.exec(ctx, `VACUUM (ANALYZE) runs, run_roles, steps, leases, nodes, free_nodes, run_events, queue_counts`)

@@ -1,6 +1,6 @@
 // Package devserver is Mediator on one machine: a PostgreSQL (a local cluster, or
-// DATABASE_URL), a migrated database, and the real handlers behind the local gateway on
-// 127.0.0.1. `make dev`, `make migrate`, `make demo` and `make bench` all start it here.
+// DATABASE_URL), a migrated database, the real handlers behind the local gateway on
+// 127.0.0.1, and, for `make dev`, a local S3 keeping the steps' logs. `make dev`, `make migrate`, `make demo` and `make bench` all start it here.
 package devserver
 
 import (
@@ -15,14 +15,17 @@ import (
 	"strconv"
 	"time"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/jackc/pgx/v5"
 
 	"mediator/localdev/gateway"
 	"mediator/localdev/localpg"
+	locals3 "mediator/localdev/s3"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
 	"mediator/shared/publish"
 	"mediator/shared/startup"
+	"mediator/shared/steplogs"
 	"mediator/shared/store"
 	"mediator/shared/upkeep"
 )
@@ -39,7 +42,20 @@ type Options struct {
 	Log      *slog.Logger // the handlers' log; nil is JSON on stderr at LOG_LEVEL
 	Logf     func(format string, args ...any)
 	Tracer   pgx.QueryTracer
+	// S3, when set, keeps the steps' logs in a local S3 (localdev/s3) — unless LOG_BUCKET is
+	// set, when the functions use that bucket through the default AWS configuration, as
+	// deployed.
+	S3 *LocalS3
 }
+
+// LocalS3 is where the local S3 listens and keeps its objects.
+type LocalS3 struct {
+	Port int    // on 127.0.0.1; 0 takes a free one
+	Dir  string // objects survive restarts here; "" keeps them in memory
+}
+
+// LocalLogBucket is the local S3's bucket for steps' logs.
+const LocalLogBucket = "mediator-logs"
 
 // Stack is a running local Mediator.
 type Stack struct {
@@ -53,10 +69,13 @@ type Stack struct {
 	AdminURL string
 	// Database is AdminURL with its password hidden, for a banner: the local cluster's port is
 	// whatever was free when it started.
-	Database  string
-	External  bool // the database is DATABASE_URL's, not the local cluster's
+	Database string
+	External bool // the database is DATABASE_URL's, not the local cluster's
+	// S3 is the local S3 keeping the steps' logs, when Options.S3 started one.
+	S3        *locals3.Server
 	pg        *localpg.Server
 	publisher *publish.Publisher
+	logs      *steplogs.Bucket
 	server    *http.Server
 	served    chan error
 }
@@ -116,7 +135,36 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	if s.publisher, err = startup.Publisher(ctx, s.Config, s.Store, s.Log); err != nil {
 		return s, err
 	}
+	if o.S3 != nil {
+		if err := s.openLogs(ctx, *o.S3); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
+}
+
+// openLogs gives the functions a log bucket: LOG_BUCKET's, when set, through the default AWS
+// configuration; else a local S3's, which the same code reaches as a function configured with
+// AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for it would —
+// passed as options, so that this one process's other clients (EventBridge's) keep theirs.
+func (s *Stack) openLogs(ctx context.Context, o LocalS3) error {
+	var err error
+	if s.Config.Logs.Bucket != "" {
+		s.logs, err = startup.LogBucket(ctx, s.Config)
+		return err
+	}
+	if o.Dir != "" {
+		if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+			return err
+		}
+	}
+	if s.S3, err = locals3.Start(context.Background(), locals3.Options{Port: o.Port, Dir: o.Dir, Buckets: []string{LocalLogBucket}}); err != nil {
+		return fmt.Errorf("the local S3 on 127.0.0.1:%d (S3_PORT): %w", o.Port, err)
+	}
+	s.Config.Logs.Bucket = LocalLogBucket
+	s.logs, err = startup.LogBucket(ctx, s.Config, awsconfig.WithRegion(s.S3.Region()), awsconfig.WithBaseEndpoint(s.S3.URL()),
+		awsconfig.WithCredentialsProvider(s.S3.Credentials()))
+	return err
 }
 
 // migrate runs the migrate function's handler as the migrator, with this process's settings.
@@ -169,7 +217,7 @@ func (s *Stack) Serve(port int, tokens *gateway.Tokens, jwt *gateway.JWTAuthoriz
 
 // Deps are what every handler is built from.
 func (s *Stack) Deps() startup.Deps {
-	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log, Publisher: s.publisher}
+	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log, Publisher: s.publisher, Logs: s.logs}
 }
 
 // Wait blocks until the server stops or ctx ends.
@@ -197,6 +245,9 @@ func (s *Stack) Stop() {
 	}
 	if s.Store != nil {
 		s.Store.Close()
+	}
+	if s.S3 != nil {
+		_ = s.S3.Close()
 	}
 	if s.pg != nil && s.pg.Started {
 		if err := s.pg.Stop(context.Background()); err != nil && s.Log != nil {

@@ -208,7 +208,7 @@ func TestReaperKilledHalfway(t *testing.T) {
 	}
 	env.Exec(`UPDATE leases SET expires_at = now() - interval '1 second'`)
 	k.arm("/* lose a lease */", 5)
-	if _, err := env.Store.Reap(context.Background()); err == nil {
+	if _, err := env.Store.Reap(context.Background(), store.ReapParams{}); err == nil {
 		t.Fatal("a reaper that lost its connection reported success")
 	}
 	mustFire(t, k)

@@ -255,7 +255,7 @@ func (w *world) canceller(g int) {
 // reaper sweeps, through the reap function's handler, until told to stop.
 func (w *world) reaper(int) {
 	for !w.stop.Load() {
-		if _, err := w.env.Store.Reap(context.Background()); err != nil {
+		if _, err := w.env.Store.Reap(context.Background(), store.ReapParams{}); err != nil {
 			w.fail("reap: %v", err)
 		}
 	}
@@ -375,7 +375,7 @@ func (a *agent) beat() {
 		draining = true
 	case roll < 5: // die: the lease expires unrenewed, and a reap takes it before the node is back
 		env.Exec(`UPDATE leases SET expires_at = now() - interval '1 second' WHERE node_id = $1`, a.id)
-		if _, err := env.Store.Reap(context.Background()); err != nil {
+		if _, err := env.Store.Reap(context.Background(), store.ReapParams{}); err != nil {
 			a.w.fail("reap after %s died: %v", a.id, err)
 		}
 		return

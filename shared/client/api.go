@@ -36,12 +36,14 @@ var (
 	opQueue      = Operation{"GET", "/v1/queue", nil, []int{200}, "Queue"}
 	opHealth     = Operation{"GET", "/healthz", nil, []int{200}, "Health"}
 	opOpenAPI    = Operation{"GET", "/v1/openapi.json", nil, []int{200}, "OpenAPI"}
+	opLogURLs    = Operation{"POST", "/v1/runs/{run_id}/steps/{step_id}/log-urls", nil, []int{200}, "LogURLs"}
+	opStepLog    = Operation{"GET", "/v1/runs/{run_id}/steps/{step_id}/log", []string{"attempt", "owner", "from"}, []int{200}, "StepLog"}
 )
 
 // Operations is every route this client calls.
 var Operations = []Operation{
 	opSubmit, opDryRun, opListRuns, opGetRun, opCancel, opPriority, opReport, opHeartbeat, opRemoveNode,
-	opDrain, opUndrain, opListNodes, opListLeases, opQueue, opHealth, opOpenAPI,
+	opDrain, opUndrain, opListNodes, opListLeases, opQueue, opHealth, opOpenAPI, opLogURLs, opStepLog,
 }
 
 // call is the operation with its path parameters filled in, in the order the path names them,
@@ -203,6 +205,37 @@ func (c *Client) Report(ctx context.Context, runID, stepID string, r ReportReque
 	out := &ReportReply{}
 	k := opReport.call(runID, stepID)
 	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// LogURLs asks for presigned upload URLs for the log of a step the node is running, fenced like
+// a report: a 409 stale_assignment means the step is no longer this node's, and a node that
+// lost its lease gets no URLs.
+func (c *Client) LogURLs(ctx context.Context, runID, stepID string, r LogURLsRequest) (*LogUpload, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out := &LogUpload{}
+	k := opLogURLs.call(runID, stepID)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// StepLog is a step's log as it stands: the chunks uploaded so far as presigned GET URLs, in
+// order, from p.From on, a page at a time (StepLog.More).
+func (c *Client) StepLog(ctx context.Context, runID, stepID string, p StepLogParams) (*StepLog, error) {
+	out := &StepLog{}
+	k := c.ofOwner(opStepLog.call(runID, stepID))
+	if k.query == nil {
+		k.query = url.Values{}
+	}
+	if p.Attempt > 0 {
+		k.query.Set("attempt", strconv.Itoa(p.Attempt))
+	}
+	if p.From > 0 {
+		k.query.Set("from", strconv.FormatInt(p.From, 10))
+	}
 	return out, c.do(ctx, k, out)
 }
 

@@ -274,6 +274,101 @@ type ReportRequest struct {
 	// Outputs go with a succeeded report only: string values under keys matching
 	// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, at most 4 KiB of compact JSON.
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// Log goes with a terminal report (succeeded, failed, cancelled): the step's log of this
+	// attempt as the agent stored it, every try, cap applied.
+	Log *LogSummary `json:"log,omitempty"`
+}
+
+// LogSummary is what a terminal report says of the step's log: its size and SHA-256 (lower-case
+// hex) as stored — the bytes a reader gets by joining the chunks in order — and whether every
+// chunk was uploaded. Uploaded false: the node could not store it all (the full copy stays on
+// the node), and the log reads incomplete.
+type LogSummary struct {
+	Bytes    int64  `json:"bytes"`
+	SHA256   string `json:"sha256"`
+	Uploaded bool   `json:"uploaded"`
+}
+
+// LogURLsRequest asks for upload URLs (POST /v1/runs/{run_id}/steps/{step_id}/log-urls),
+// fenced like a report. From is the first chunk sequence number wanted (0 for the first), Count
+// how many (1 to 64).
+type LogURLsRequest struct {
+	NodeID string `json:"node_id"`
+	BootID string `json:"boot_id"`
+	Epoch  int64  `json:"epoch"`
+	From   int    `json:"from"`
+	Count  int    `json:"count"`
+}
+
+// LogUpload is a batch of presigned PUT URLs for one try of a step, with the rules the agent
+// uploads by. Each chunk is one PUT of at most ChunkMaxBytes with a Content-MD5 header (S3
+// verifies it); Live is the URL of the try's live tail, overwritten on each flush once the try
+// passed MaxBytes. A 403 from S3 means the URLs died (their credentials expired): ask for fresh
+// ones, from the same sequence number.
+type LogUpload struct {
+	Reply         `json:"-"`
+	Try           int        `json:"try"`
+	Epoch         int64      `json:"epoch"`
+	Chunks        []ChunkURL `json:"chunks"`
+	Live          string     `json:"live_url"`
+	ExpiresAt     time.Time  `json:"expires_at"`
+	ChunkMaxBytes int64      `json:"chunk_max_bytes"`
+	MaxBytes      int64      `json:"max_bytes"`     // per try: past it only a rolling tail is kept
+	TailBytes     int64      `json:"tail_bytes"`    // the tail kept past MaxBytes
+	FlushSeconds  float64    `json:"flush_seconds"` // the longest output waits before it is uploaded
+}
+
+// ChunkURL is where chunk Seq of the try goes.
+type ChunkURL struct {
+	Seq int    `json:"seq"`
+	URL string `json:"url"`
+}
+
+// StepLog is a step's log as it stands (GET /v1/runs/{run_id}/steps/{step_id}/log): its chunks
+// in order, each a presigned GET URL valid until ExpiresAt. Complete: the step of that attempt
+// is final, its node said it uploaded everything, and the chunks are all in; Bytes and SHA256
+// are then the log's, to check against. Stored false: the stack keeps no logs (no bucket).
+type StepLog struct {
+	Reply     `json:"-"`
+	RunID     string     `json:"run_id"`
+	StepID    string     `json:"step_id"`
+	Attempt   int        `json:"attempt"`
+	State     string     `json:"state"` // the step's state in that attempt
+	Stored    bool       `json:"stored"`
+	Complete  bool       `json:"complete"`
+	Bytes     *int64     `json:"bytes"`
+	SHA256    *string    `json:"sha256"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	Chunks    []LogChunk `json:"chunks"`
+	// More: the answer is a page, and chunks past its last follow; read again from where its
+	// chunks end (StepLogParams.From).
+	More bool `json:"more"`
+	// Live is the live tail of a try past its cap, while it runs: the newest output, which no
+	// chunk holds yet.
+	Live *LiveTail `json:"live"`
+}
+
+// StepLogParams choose what of a step's log to read: Attempt 0 is the run's latest; From is
+// the byte offset to list from (chunks that end at or before it are left out).
+type StepLogParams struct {
+	Attempt int
+	From    int64
+}
+
+// LogChunk is one stored chunk: Offset is where its bytes start in the log.
+type LogChunk struct {
+	Try    int    `json:"try"`
+	Seq    int    `json:"seq"`
+	Offset int64  `json:"offset"`
+	Bytes  int64  `json:"bytes"`
+	URL    string `json:"url"`
+}
+
+// LiveTail is a capped try's rolling tail while it runs.
+type LiveTail struct {
+	Try   int    `json:"try"`
+	Bytes int64  `json:"bytes"`
+	URL   string `json:"url"`
 }
 
 // ReportReply is what a report did. Next are steps of this run the node may start now;
@@ -286,6 +381,9 @@ type ReportReply struct {
 	RunState  string     `json:"run_state"`
 	Next      []NodeStep `json:"next"`
 	NextRun   *NextRun   `json:"next_run,omitempty"`
+	// Log answers a started report in a stack that keeps logs: the try's first batch of upload
+	// URLs, so a short step costs no call of its own for them.
+	Log *LogUpload `json:"log,omitempty"`
 }
 
 // NextRun is a run handed to a node in a report's answer.

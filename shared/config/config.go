@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -33,6 +34,8 @@ type Config struct {
 	// MaxClientPriority is the highest priority a client may give its runs; above it only
 	// admins may (0 to 100).
 	MaxClientPriority int // MAX_CLIENT_PRIORITY
+	// Logs says where steps' logs are kept and how the agents upload them.
+	Logs Logs
 	// Auth says which callers are admins and nodes: the IAM roles (IAM_ADMIN_ROLE,
 	// IAM_NODE_ROLE), which nodes sign as in every stack and people too when API Gateway
 	// authorizes them by IAM, and the issuer's group of admins (JWT_ADMIN_GROUP) when it
@@ -40,6 +43,36 @@ type Config struct {
 	Auth     auth.Settings
 	Database Database
 }
+
+// Logs are the step logs' settings.
+type Logs struct {
+	// Bucket is the S3 bucket, the stack's own, that keeps steps' logs; "" keeps none (the
+	// agents upload nothing, and the reader says so).
+	Bucket string // LOG_BUCKET
+	// MaxBytesPerStep bounds what one try of a step stores; past it the agent keeps only a
+	// rolling tail of TailBytes, so the stored log reads head, a marker line, tail.
+	MaxBytesPerStep int64 // LOG_MAX_BYTES_PER_STEP
+	TailBytes       int64 // LOG_TAIL_BYTES
+	// Flush is the longest output waits on the node before it is uploaded.
+	Flush time.Duration // LOG_FLUSH_SECONDS
+}
+
+// BucketPattern is what LOG_BUCKET may be: an S3 bucket name (3 to 63 lower-case letters,
+// digits, dots and hyphens, starting and ending with a letter or digit), as presigned URLs and
+// template.yaml's LogBucket carry it.
+const BucketPattern = `^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
+
+var bucketPattern = regexp.MustCompile(BucketPattern)
+
+// The step logs' bounds: a cap below a kibibyte or a tail longer than the cap would store
+// nothing the reader could use, and a flush past a minute would make a running step's log a
+// minute late.
+const (
+	minLogBytes      = 1 << 10
+	maxLogBytes      = 1 << 40
+	minFlushInterval = 200 * time.Millisecond
+	maxFlushInterval = time.Minute
+)
 
 // AdminGroupPattern is what JWT_ADMIN_GROUP may be: a group name without spaces (Cognito's hold
 // none), since API Gateway passes a token's groups to the functions separated by spaces.
@@ -144,6 +177,12 @@ func Load(getenv func(string) string) (Config, error) {
 		EventBusName:      r.text("EVENT_BUS_NAME"),
 		RetentionDays:     r.integer("RUN_RETENTION_DAYS", 30, 0, 3650),
 		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
+		Logs: Logs{
+			Bucket:          r.matching("LOG_BUCKET", bucketPattern, "an S3 bucket name: 3 to 63 lower-case letters, digits, dots or hyphens"),
+			MaxBytesPerStep: r.bytes("LOG_MAX_BYTES_PER_STEP", 256<<20, minLogBytes, maxLogBytes),
+			TailBytes:       r.bytes("LOG_TAIL_BYTES", 16<<20, minLogBytes, maxLogBytes),
+			Flush:           r.decimalSeconds("LOG_FLUSH_SECONDS", 2*time.Second, minFlushInterval, maxFlushInterval),
+		},
 		Auth: auth.Settings{
 			AdminRole:  r.text("IAM_ADMIN_ROLE"),
 			NodeRole:   r.text("IAM_NODE_ROLE"),
@@ -187,6 +226,11 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if err := c.Database.check(); err != nil {
 		return Config{}, err
+	}
+	// The tail is what is kept of the output past the cap: longer than the cap, a capped log
+	// would store more than an uncapped one may.
+	if c.Logs.TailBytes > c.Logs.MaxBytesPerStep {
+		return Config{}, fmt.Errorf("config: LOG_TAIL_BYTES (%d) must be at most LOG_MAX_BYTES_PER_STEP (%d)", c.Logs.TailBytes, c.Logs.MaxBytesPerStep)
 	}
 	return c, nil
 }
@@ -270,6 +314,35 @@ func (r *reader) integer(name string, def, lo, hi int) int {
 
 func (r *reader) seconds(name string, def, lo, hi int) time.Duration {
 	return time.Duration(r.integer(name, def, lo, hi)) * time.Second
+}
+
+// bytes is a size in bytes within [lo, hi], read as 64 bits whatever the platform's int.
+func (r *reader) bytes(name string, def, lo, hi int64) int64 {
+	raw := r.text(name)
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < lo || n > hi {
+		r.fail(name, fmt.Sprintf("a number of bytes from %d to %d", lo, hi), raw)
+		return def
+	}
+	return n
+}
+
+// decimalSeconds is a number of seconds that may have a fraction (0.5), within [lo, hi].
+func (r *reader) decimalSeconds(name string, def, lo, hi time.Duration) time.Duration {
+	raw := r.text(name)
+	if raw == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	d := time.Duration(f * float64(time.Second))
+	if err != nil || math.IsNaN(f) || d < lo || d > hi {
+		r.fail(name, fmt.Sprintf("a number of seconds from %g to %g", lo.Seconds(), hi.Seconds()), raw)
+		return def
+	}
+	return d
 }
 
 func (r *reader) millis(name string, def int) time.Duration {

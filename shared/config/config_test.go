@@ -34,6 +34,17 @@ func TestDefaultsAndDerivedValues(t *testing.T) {
 		c.Database.AppUser != config.DefaultAppUser || c.Database.AppSecretARN != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
+	if c.Logs != (config.Logs{Bucket: "", MaxBytesPerStep: 256 << 20, TailBytes: 16 << 20, Flush: 2 * time.Second}) {
+		t.Fatalf("step logs' defaults: %+v", c.Logs)
+	}
+	c, err = config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "LOG_BUCKET": "mediator-logs.1",
+		"LOG_MAX_BYTES_PER_STEP": "1048576", "LOG_TAIL_BYTES": "1048576", "LOG_FLUSH_SECONDS": "0.5"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Logs != (config.Logs{Bucket: "mediator-logs.1", MaxBytesPerStep: 1 << 20, TailBytes: 1 << 20, Flush: 500 * time.Millisecond}) {
+		t.Fatalf("step logs' settings: %+v", c.Logs)
+	}
 	c, err = config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "LEASE_TTL_SECONDS": "90"}))
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +69,12 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		"JWT_ADMIN_GROUP": {"JWT_ADMIN_GROUP": "mediator admins"},
 		// A role name that an unquoted identifier would fold to another name, or no name at all.
 		"DB_APP_USER": {"DB_APP_USER": "Mediator_App"},
+		// Not a bucket name: S3 would refuse it, and a presigned URL could not name it.
+		"LOG_BUCKET":             {"LOG_BUCKET": "Mediator_Logs"},
+		"LOG_MAX_BYTES_PER_STEP": {"LOG_MAX_BYTES_PER_STEP": "100"},
+		// Longer than the cap it is the tail of.
+		"LOG_TAIL_BYTES":    {"LOG_TAIL_BYTES": "300000000"},
+		"LOG_FLUSH_SECONDS": {"LOG_FLUSH_SECONDS": "0.1"},
 	}
 	for name, kv := range cases {
 		kv["DATABASE_URL"] = "postgres://x/y"

@@ -37,7 +37,7 @@ type hostileCase struct {
 }
 
 // Tables a request could write to.
-var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events"}
+var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs"}
 
 // snapshot is every table's row count and a digest of its rows: a hostile request that
 // changed a row without adding one (a heartbeat rewriting labels, a renewed lease) shows too.
@@ -206,6 +206,7 @@ func TestHostileCatalogue(t *testing.T) {
 		{"POST", "/v1/runs"}, {"GET", "/v1/runs"}, {"GET", "/v1/runs/held"}, {"POST", "/v1/runs/held/cancel"},
 		{"POST", "/v1/runs/held/steps/test/result"}, {"PUT", "/v1/nodes/A"}, {"DELETE", "/v1/nodes/A"},
 		{"GET", "/v1/nodes"}, {"GET", "/v1/leases"}, {"GET", "/v1/queue"},
+		{"POST", "/v1/runs/held/steps/flash/log-urls"}, {"GET", "/v1/runs/held/steps/flash/log"},
 	} {
 		add(hostileCase{name: "no principal: " + r.method + " " + r.target, who: apitest.Nobody, method: r.method, target: r.target, status: 401, code: "unauthenticated"})
 	}
@@ -606,6 +607,67 @@ func TestHostileCatalogue(t *testing.T) {
 	res("duplicate status", "status", `{`+ok+`,"status":"started","status":"succeeded"}`, 400, "invalid_request")
 	res("a message over 4 KiB", "message", `{`+ok+`,"status":"succeeded","exit_code":0,"message":"`+strings.Repeat("m", 5000)+`"}`, 413, "payload_too_large")
 	res("an output over 64 KiB", "output", `{`+ok+`,"status":"succeeded","exit_code":0,"output":"`+strings.Repeat("o", 70000)+`"}`, 413, "payload_too_large")
+
+	// --- Result: a log summary that is not one.
+	res("a log on a started report", "log", `{`+ok+`,"status":"started","log":{"bytes":1,"sha256":"`+strings.Repeat("a", 64)+`","uploaded":true}}`, 400, "invalid_request")
+	res("a log of negative size", "log.bytes", `{`+ok+`,"status":"failed","log":{"bytes":-1,"sha256":"`+strings.Repeat("a", 64)+`","uploaded":true}}`, 400, "invalid_request")
+	res("a log size past int64", "log.bytes", `{`+ok+`,"status":"failed","log":{"bytes":9223372036854775808,"sha256":"`+strings.Repeat("a", 64)+`","uploaded":true}}`, 400, "invalid_request")
+	res("a log digest in capitals", "log.sha256", `{`+ok+`,"status":"failed","log":{"bytes":1,"sha256":"`+strings.Repeat("A", 64)+`","uploaded":true}}`, 400, "invalid_request")
+	res("a log digest of 63 characters", "log.sha256", `{`+ok+`,"status":"failed","log":{"bytes":1,"sha256":"`+strings.Repeat("a", 63)+`","uploaded":true}}`, 400, "invalid_request")
+	res("a log digest that is SQL", "log.sha256", `{`+ok+`,"status":"failed","log":{"bytes":1,"sha256":"' OR '1'='1","uploaded":true}}`, 400, "invalid_request")
+	res("a log without uploaded", "log.uploaded", `{`+ok+`,"status":"failed","log":{"bytes":1,"sha256":"`+strings.Repeat("a", 64)+`"}}`, 400, "invalid_request")
+	res("a log uploaded as a string", "log.uploaded", `{`+ok+`,"status":"failed","log":{"bytes":1,"sha256":"`+strings.Repeat("a", 64)+`","uploaded":"yes"}}`, 400, "invalid_request")
+	res("a log with a field of its own", "log.chunks", `{`+ok+`,"status":"failed","log":{"bytes":1,"sha256":"`+strings.Repeat("a", 64)+`","uploaded":true,"chunks":[]}}`, 400, "invalid_request")
+	res("a log as a string", "log", `{`+ok+`,"status":"failed","log":"all of it"}`, 400, "invalid_request")
+
+	// --- Log URLs: the running node, with bodies that are not a request for URLs; anyone else.
+	urls := func(name, path, body string) {
+		add(hostileCase{name: "log-urls: " + name, who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/log-urls", body: body, status: 400, code: "invalid_request", path: path})
+	}
+	urls("no from", "from", `{`+ok+`,"count":16}`)
+	urls("no count", "count", `{`+ok+`,"from":0}`)
+	urls("count 0", "count", `{`+ok+`,"from":0,"count":0}`)
+	urls("count 65", "count", `{`+ok+`,"from":0,"count":65}`)
+	urls("from negative", "from", `{`+ok+`,"from":-1,"count":1}`)
+	urls("from past the last chunk number", "from", `{`+ok+`,"from":100000000,"count":1}`)
+	urls("a batch past the last chunk number", "count", `{`+ok+`,"from":99999990,"count":11}`)
+	urls("from fractional", "from", `{`+ok+`,"from":0.5,"count":1}`)
+	urls("count as a string", "count", `{`+ok+`,"from":0,"count":"16"}`)
+	urls("no epoch", "epoch", `{"node_id":"A","boot_id":"a1","from":0,"count":1}`)
+	urls("a misspelt field", "cnt", `{`+ok+`,"from":0,"count":1,"cnt":1}`)
+	urls("a step id ../", "step_id", `{`+ok+`,"from":0,"count":1}`)
+	cases[len(cases)-1].tamper = withPathParam("step_id", "../flash")
+	add(
+		hostileCase{name: "log-urls: a client asks", who: alice, method: "POST", target: "/v1/runs/held/steps/flash/log-urls", body: `{` + ok + `,"from":0,"count":1}`, status: 403, code: "forbidden"},
+		hostileCase{name: "log-urls: an admin asks", who: apitest.Admin, method: "POST", target: "/v1/runs/held/steps/flash/log-urls", body: `{` + ok + `,"from":0,"count":1}`, status: 403, code: "forbidden"},
+		hostileCase{name: "log-urls: node B asks in A's name", who: nodeB, method: "POST", target: "/v1/runs/held/steps/flash/log-urls", body: `{` + ok + `,"from":0,"count":1}`, status: 403, code: "forbidden"},
+		hostileCase{name: "log-urls: node B asks for A's step as itself", who: nodeB, method: "POST", target: "/v1/runs/held/steps/flash/log-urls",
+			body: fmt.Sprintf(`{"node_id":"B","boot_id":"b1","epoch":%d,"from":0,"count":1}`, epochB), status: 409, code: "stale_assignment"},
+		hostileCase{name: "log-urls: node A under another boot", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/log-urls",
+			body: fmt.Sprintf(`{"node_id":"A","boot_id":"old-boot","epoch":%d,"from":0,"count":1}`, epochA), status: 409, code: "stale_assignment"},
+		hostileCase{name: "log-urls: a step not started", who: nodeA, method: "POST", target: "/v1/runs/held/steps/test/log-urls", body: `{` + ok + `,"from":0,"count":1}`, status: 409, code: "stale_assignment"},
+		hostileCase{name: "log-urls: an unknown run", who: nodeA, method: "POST", target: "/v1/runs/nope/steps/flash/log-urls", body: `{` + ok + `,"from":0,"count":1}`, status: 404, code: "not_found"},
+		hostileCase{name: "log-urls: an unknown step", who: nodeA, method: "POST", target: "/v1/runs/held/steps/nope/log-urls", body: `{` + ok + `,"from":0,"count":1}`, status: 404, code: "not_found"},
+		hostileCase{name: "log-urls: a gzipped body", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/log-urls", tamper: gzipped(t, `{`+ok+`,"from":0,"count":1}`), status: 415, code: "unsupported_media_type"},
+		hostileCase{name: "log-urls: an oversized body", who: nodeA, method: "POST", target: "/v1/runs/held/steps/flash/log-urls", body: oversized, status: 413, code: "payload_too_large"},
+	)
+
+	// --- A step's log: who may read it, and query strings that are not a reading.
+	add(
+		hostileCase{name: "log: another client reads alice's", who: bob, method: "GET", target: "/v1/runs/held/steps/flash/log", status: 404, code: "not_found"},
+		hostileCase{name: "log: a node reads the step it runs", who: nodeA, method: "GET", target: "/v1/runs/held/steps/flash/log", status: 403, code: "forbidden"},
+		hostileCase{name: "log: an unknown step", who: alice, method: "GET", target: "/v1/runs/held/steps/nope/log", status: 404, code: "not_found"},
+		hostileCase{name: "log: an attempt the run has not reached", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?attempt=2", status: 404, code: "not_found"},
+		hostileCase{name: "log: attempt 0", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?attempt=0", status: 400, code: "invalid_request", path: "attempt"},
+		hostileCase{name: "log: attempt as a word", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?attempt=latest", status: 400, code: "invalid_request", path: "attempt"},
+		hostileCase{name: "log: attempt past max_attempts' bound", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?attempt=101", status: 400, code: "invalid_request", path: "attempt"},
+		hostileCase{name: "log: attempt twice", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?attempt=1&attempt=1", status: 400, code: "invalid_request", path: "attempt"},
+		hostileCase{name: "log: an unknown parameter", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?follow=true", status: 400, code: "invalid_request", path: "follow"},
+		hostileCase{name: "log: a client names an owner", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log?owner=client:bob", status: 403, code: "forbidden"},
+		hostileCase{name: "log: an admin names an owner that is no owner", who: apitest.Admin, method: "GET", target: "/v1/runs/held/steps/flash/log?owner=alice", status: 400, code: "invalid_request", path: "owner"},
+		hostileCase{name: "log: a step id with a colon", who: alice, method: "GET", target: "/v1/runs/held/steps/a:b/log", status: 400, code: "invalid_request", path: "step_id"},
+		hostileCase{name: "log: a run id ../", who: alice, method: "GET", target: "/v1/runs/held/steps/flash/log", tamper: withPathParam("run_id", "../held"), status: 400, code: "invalid_request", path: "run_id"},
+	)
 
 	// --- Cancel: bodies that are not a cancel.
 	can := func(name, path, body string) {

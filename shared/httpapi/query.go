@@ -16,8 +16,8 @@ import (
 	"mediator/shared/wire"
 )
 
-// Query serves the read routes: runs, the queue, the fleet, leases, /healthz and the
-// OpenAPI document.
+// Query serves the read routes: runs, steps' logs, the queue, the fleet, leases, /healthz and
+// the OpenAPI document.
 func Query(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"GET /healthz":          {public: true, serve: healthz},
@@ -27,6 +27,7 @@ func Query(d startup.Deps) Handler {
 		"GET /v1/queue":         {serve: queue},
 		"GET /v1/nodes":         {serve: listNodes},
 		"GET /v1/leases":        {serve: listLeases},
+		"GET /v1/runs/{run_id}/steps/{step_id}/log": {query: []string{"attempt", "owner", "from"}, serve: stepLog},
 	})
 }
 

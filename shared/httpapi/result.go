@@ -11,9 +11,13 @@ import (
 	"mediator/shared/wire"
 )
 
-// Result serves POST /v1/runs/{run_id}/steps/{step_id}/result.
+// Result serves the node's calls about the steps it runs: POST
+// /v1/runs/{run_id}/steps/{step_id}/result and .../log-urls.
 func Result(d startup.Deps) Handler {
-	return handler(d, map[string]endpoint{"POST /v1/runs/{run_id}/steps/{step_id}/result": {serve: result}})
+	return handler(d, map[string]endpoint{
+		"POST /v1/runs/{run_id}/steps/{step_id}/result":   {serve: result},
+		"POST /v1/runs/{run_id}/steps/{step_id}/log-urls": {serve: logURLs},
+	})
 }
 
 // result applies a node's step report. Only the node the step is assigned to may report, under
@@ -48,6 +52,10 @@ func result(c *call) (reply, error) {
 	answer := map[string]any{
 		"run_id": runID, "step_id": stepID, "step_state": res.StepState, "run_state": res.RunState,
 		"next": res.Next,
+	}
+	// A started try's first upload URLs, so that a short step costs no call of its own for them.
+	if up := c.firstLogURLs(res.Log); up != nil {
+		answer["log"] = up
 	}
 	// A rollback (retry) releases nothing, so it never wakes. When this report freed the node,
 	// the wake prefers it — while the queue waits for nodes the report holds it for this wake

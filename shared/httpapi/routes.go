@@ -39,6 +39,8 @@ var Routes = []Route{
 	{"POST", "/v1/runs/{run_id}/cancel", "cancel", PeopleCaller},
 	{"POST", "/v1/runs/{run_id}/priority", "cancel", PeopleCaller},
 	{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", "result", NodeCaller},
+	{"POST", "/v1/runs/{run_id}/steps/{step_id}/log-urls", "result", NodeCaller},
+	{"GET", "/v1/runs/{run_id}/steps/{step_id}/log", "query", PeopleCaller},
 	{"PUT", "/v1/nodes/{node_id}", "nodes", NodeCaller},
 	{"DELETE", "/v1/nodes/{node_id}", "nodes", PeopleCaller},
 	{"POST", "/v1/nodes/{node_id}/drain", "nodes", PeopleCaller},

@@ -34,6 +34,14 @@ var functionPolicies = []struct {
 		"they publish run events: the writes' handlers after their commit (httpapi's afterCommit: submit, the heartbeat, " +
 			"node removal and drains, step reports, cancels and priorities), the reaper what is left (publish.Stale). " +
 			"query only reads; migrate turns the outbox on or off in the database, and publishes nothing"},
+	// A presigned URL can do only what its signer may: each function's role is what the URLs it
+	// signs, and the requests it sends itself, need of the log bucket (shared/steplogs).
+	{"LogWritePolicy", []string{"result"}, always,
+		"the result function signs the nodes' upload URLs (log-urls, and the started report's answer): s3:PutObject on the bucket's objects"},
+	{"LogReadPolicy", []string{"query"}, always,
+		"the query function lists an attempt's chunks (s3:ListBucket) and signs the readers' GET URLs (s3:GetObject): GET .../log"},
+	{"LogPrunePolicy", []string{"reap"}, always,
+		"the reaper lists a pruned run's prefix (s3:ListBucket) and deletes its objects (s3:DeleteObject, which DeleteObjects needs per key) before the run's rows go"},
 }
 
 var (

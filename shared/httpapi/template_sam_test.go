@@ -503,6 +503,11 @@ func TestTemplateSettingsReachTheConfig(t *testing.T) {
 				env := map[string]string{"AWS_REGION": "eu-west-1"}
 				for k, v := range vars.(map[string]any) {
 					s, ok := v.(string)
+					if ref, isRef := cfnAt(v, "Ref").(string); isRef && cfnAt(cfn, "Resources", ref, "Type") == "AWS::S3::Bucket" {
+						// A bucket's Ref is the name CloudFormation gives it: the stack's, the
+						// logical id's and a suffix, lower-cased.
+						s, ok = "mediator-"+strings.ToLower(ref)+"-1a2b3c4d5e6f7", true
+					}
 					if !ok {
 						t.Fatalf("%s: %s is %v, which CloudFormation does not resolve to a string here", id, k, v)
 					}
@@ -511,6 +516,10 @@ func TestTemplateSettingsReachTheConfig(t *testing.T) {
 				cfg, err := config.Load(func(k string) string { return env[k] })
 				if err != nil {
 					t.Fatalf("%s: the functions would not start: %v", id, err)
+				}
+				if cfg.Logs.Bucket != "mediator-logbucket-1a2b3c4d5e6f7" || cfg.Logs.MaxBytesPerStep != 256<<20 ||
+					cfg.Logs.TailBytes != 16<<20 || cfg.Logs.Flush != 2*time.Second {
+					t.Errorf("%s: step logs %+v, want the LogBucket and the defaults", id, cfg.Logs)
 				}
 				if cfg.Database.ViaProxy != c.viaProxy || cfg.Database.SSLRootCert != c.rootCert {
 					t.Errorf("%s: via proxy %t, root cert %q; want %t, %q", id, cfg.Database.ViaProxy, cfg.Database.SSLRootCert, c.viaProxy, c.rootCert)

@@ -69,6 +69,14 @@ func TestWireRulesAreTheSchemasAndTheDocuments(t *testing.T) {
 		{[]string{"ResultRequest", "properties", "output", "maxLength"}, wire.MaxOutputBytes},
 		{[]string{"Node", "properties", "state", "enum"}, wire.NodeStates},
 		{[]string{"DryRun", "properties", "verdict", "enum"}, []string{wire.Placeable, wire.Busy, wire.Impossible, wire.TooWide}},
+		{[]string{"LogSummary", "properties", "sha256", "pattern"}, wire.SHA256Pattern.String()},
+		{[]string{"StepLog", "properties", "sha256", "pattern"}, wire.SHA256Pattern.String()},
+		{[]string{"LogURLsRequest", "properties", "count", "maximum"}, wire.MaxLogURLs},
+		{[]string{"LogURLsRequest", "properties", "from", "maximum"}, wire.MaxLogSeq},
+		{[]string{"LogUpload", "properties", "chunks", "maxItems"}, wire.MaxLogURLs},
+		{[]string{"LogUpload", "properties", "chunk_max_bytes", "const"}, wire.LogChunkMaxBytes},
+		{[]string{"LogChunk", "properties", "bytes", "maximum"}, wire.LogChunkMaxBytes},
+		{[]string{"LiveTail", "properties", "bytes", "maximum"}, wire.LogChunkMaxBytes},
 	}
 	for _, c := range docs {
 		got := schema(c.path...)
@@ -105,6 +113,7 @@ func TestWireRulesAreTheSchemasAndTheDocuments(t *testing.T) {
 	pattern := regexp.MustCompile(`~ '(.*)'::text`)
 	for name, want := range map[string]*regexp.Regexp{
 		"mediator_id_format": wire.IDPattern, "nodes_boot_id_format": wire.IDPattern, "run_roles_role_format": wire.NamePattern,
+		"step_logs_sha256_hex": wire.SHA256Pattern,
 	} {
 		if m := pattern.FindStringSubmatch(constraint(name)); m == nil || m[1] != want.String() {
 			t.Errorf("%s is %s; shared/wire says %s", name, constraint(name), want)
@@ -126,6 +135,8 @@ func TestWireRulesAreTheSchemasAndTheDocuments(t *testing.T) {
 		"steps_finished_at_iff_terminal": slices.DeleteFunc(slices.Clone(wire.StepStates), func(s string) bool {
 			return !wire.Final(s)
 		}),
+		// A log summary is a terminal report's: never a step's state before it ends.
+		"step_logs_state_final": wire.FinalRunStates,
 	} {
 		if got := values(constraint(name)); !slices.Equal(got, want) {
 			t.Errorf("%s holds %v; shared/wire says %v", name, got, want)

@@ -16,6 +16,7 @@ const (
 	Unauthenticated      = "unauthenticated"
 	Forbidden            = "forbidden"
 	NotFound             = "not_found"
+	LogsNotStored        = "logs_not_stored"
 	RunIDConflict        = "run_id_conflict"
 	RunIDAmbiguous       = "run_id_ambiguous"
 	StaleAssignment      = "stale_assignment"
@@ -37,6 +38,7 @@ var table = map[string]struct {
 	Unauthenticated:      {http.StatusUnauthorized, "Authentication required"}, // no credentials, or ones not valid
 	Forbidden:            {http.StatusForbidden, "Not allowed for this principal"},
 	NotFound:             {http.StatusNotFound, "Not found"},
+	LogsNotStored:        {http.StatusNotFound, "This stack keeps no step logs"},
 	RunIDConflict:        {http.StatusConflict, "The run_id is already used by a different request"},
 	RunIDAmbiguous:       {http.StatusConflict, "The run_id names runs of several owners; say whose (owner)"},
 	StaleAssignment:      {http.StatusConflict, "The step is not assigned to this node under this lease"},

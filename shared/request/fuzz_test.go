@@ -40,7 +40,8 @@ var labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}(=[A-Za-
 var (
 	submitFields    = fieldSet("run_id", "roles", "needs", "steps", "max_attempts", "timeout_seconds", "queue_timeout_seconds", "wait_for_capacity", "metadata")
 	heartbeatFields = fieldSet("boot_id", "labels", "draining")
-	resultFields    = fieldSet("node_id", "boot_id", "epoch", "status", "exit_code", "message", "output")
+	resultFields    = fieldSet("node_id", "boot_id", "epoch", "status", "exit_code", "message", "output", "outputs", "log")
+	logURLsFields   = fieldSet("node_id", "boot_id", "epoch", "from", "count")
 	cancelFields    = fieldSet("reason", "force")
 )
 
@@ -595,6 +596,54 @@ func checkResult(t *testing.T, body []byte) {
 	}
 	c.text("message", p.Message, wire.MaxMessageBytes)
 	c.text("output", p.Output, wire.MaxOutputBytes)
+	if p.Log != nil {
+		if p.Status == wire.ReportStarted {
+			c.fail("a started report accepted with a log")
+		}
+		if p.Log.Bytes < 0 || !sha256Hex.MatchString(p.Log.SHA256) {
+			c.fail("a log summary the schema refuses: %+v", *p.Log)
+		}
+	}
+}
+
+// sha256Hex is step_logs_sha256_hex's rule, copied for the same reason as labelPattern.
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ---- LogURLs ----
+
+func FuzzLogURLs(f *testing.F) {
+	for _, seed := range []string{
+		`{"node_id":"n1","boot_id":"b1","epoch":1,"from":0,"count":16}`,
+		`{"node_id":"n1","boot_id":"b1","epoch":1,"from":99999990,"count":10}`,
+		`{"node_id":"n1","boot_id":"b1","epoch":1,"from":99999990,"count":11}`,
+		`{"node_id":"n1","boot_id":"b1","epoch":0,"from":-1,"count":65}`,
+		`{"node_id":"n1","boot_id":"b1","epoch":1,"count":1}`,
+		`{"node_id":"n1","boot_id":"b1","epoch":1,"from":1.5,"count":"2","extra":true}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c := newChecker(t, body)
+		p, errs := request.LogURLs("run-1", "step-1", body)
+		again, errsAgain := request.LogURLs("run-1", "step-1", body)
+		if !reflect.DeepEqual(p, again) || !reflect.DeepEqual(errs, errsAgain) {
+			c.fail("two decodings differ: %+v %v / %+v %v", p, errs, again, errsAgain)
+		}
+		if errs != nil {
+			c.problems(errs)
+			if !reflect.DeepEqual(p, wire.LogURLs{}) {
+				c.fail("refused, yet returned %+v", p)
+			}
+			return
+		}
+		c.accepted(logURLsFields)
+		if p.RunID != "run-1" || p.StepID != "step-1" || !wire.IDPattern.MatchString(p.NodeID) || !wire.IDPattern.MatchString(p.BootID) {
+			c.fail("ids %+v", p)
+		}
+		if p.Epoch < 1 || p.From < 0 || p.Count < 1 || p.Count > 64 || p.From+p.Count-1 > 99_999_999 {
+			c.fail("a batch the keys cannot hold: %+v", p)
+		}
+	})
 }
 
 func (c *checker) text(what string, s *string, limit int) {

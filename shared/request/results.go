@@ -34,6 +34,7 @@ func Result(runID, stepID string, body []byte) (wire.Report, *problem.Problem) {
 	p.Message, tooLarge = boundedText(o, "message", wire.MaxMessageBytes, tooLarge)
 	p.Output, tooLarge = boundedText(o, "output", wire.MaxOutputBytes, tooLarge)
 	p.Outputs, tooLarge = outputs(o, p.Status, tooLarge)
+	p.Log = logSummary(o, p.Status)
 	o.done()
 	if len(errs) > 0 {
 		return wire.Report{}, problem.Invalid(errs)

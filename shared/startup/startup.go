@@ -21,6 +21,7 @@ import (
 	"mediator/shared/config"
 	"mediator/shared/dbcreds"
 	"mediator/shared/publish"
+	"mediator/shared/steplogs"
 	"mediator/shared/store"
 )
 
@@ -32,6 +33,8 @@ type Deps struct {
 	Log    *slog.Logger
 	// Publisher sends run events to EventBridge; nil when EVENT_BUS_NAME is empty.
 	Publisher *publish.Publisher
+	// Logs is the step logs' bucket; nil when LOG_BUCKET is empty (the stack keeps no logs).
+	Logs *steplogs.Bucket
 }
 
 // Init prepares a function that serves requests: it refuses to start when the database's
@@ -42,6 +45,9 @@ func Init(name string) Deps {
 	d, err := Open(ctx, name, os.Getenv)
 	if err == nil {
 		d.Publisher, err = Publisher(ctx, d.Config, d.Store, d.Log)
+	}
+	if err == nil {
+		d.Logs, err = LogBucket(ctx, d.Config)
 	}
 	if err == nil {
 		err = CheckSchema(ctx, d.Store)
@@ -83,6 +89,22 @@ func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slo
 		return nil, fmt.Errorf("EVENT_BUS_NAME is set, but the AWS configuration cannot be loaded: %w", err)
 	}
 	return publish.New(eventbridge.NewFromConfig(awsCfg), cfg.EventBusName, st, log), nil
+}
+
+// LogBucket is the step logs' bucket when LOG_BUCKET names one, else nil. Its S3 client takes
+// the default AWS configuration, endpoint included (AWS_ENDPOINT_URL_S3 points it at a local
+// stand-in, addressed path-style), and signs the URLs it hands out with the function's own
+// credentials. opts change that configuration as the environment would (make dev points a
+// process serving every function at its local S3 without touching the other clients').
+func LogBucket(ctx context.Context, cfg config.Config, opts ...func(*awsconfig.LoadOptions) error) (*steplogs.Bucket, error) {
+	if cfg.Logs.Bucket == "" {
+		return nil, nil
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("LOG_BUCKET is set, but the AWS configuration cannot be loaded: %w", err)
+	}
+	return steplogs.New(steplogs.NewClient(awsCfg), cfg.Logs), nil
 }
 
 // OpenStore connects with the configured credentials and the store's settings. A tracer, if

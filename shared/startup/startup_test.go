@@ -2,13 +2,16 @@ package startup_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	locals3 "mediator/localdev/s3"
 	"mediator/localdev/testdb"
+	"mediator/shared/config"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 )
@@ -81,5 +84,70 @@ func TestMigratorOpenReturnsABadSetting(t *testing.T) {
 	_, err := startup.Open(context.Background(), "migrate", func(name string) string { return env[name] })
 	if err == nil || !strings.Contains(err.Error(), "LEASE_TTL_SECONDS") {
 		t.Fatalf("opened with LEASE_TTL_SECONDS=sixty: %v", err)
+	}
+}
+
+// A function given LOG_BUCKET and the AWS environment reaches the bucket through the default
+// AWS configuration: AWS_ENDPOINT_URL_S3 points the client at a stand-in, addressed path-style
+// even by a host name (virtual-hosted addressing would put the bucket in the host), and the
+// URLs it signs are ones the endpoint takes. Without LOG_BUCKET there is no bucket.
+func TestLogBucketFromTheEnvironment(t *testing.T) {
+	ctx := context.Background()
+	srv, err := locals3.Start(ctx, locals3.Options{Buckets: []string{"mediator-logs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	endpoint := strings.Replace(srv.URL(), "127.0.0.1", "localhost", 1)
+	for name, value := range map[string]string{
+		"AWS_ENDPOINT_URL_S3": endpoint, "AWS_REGION": srv.Region(),
+		"AWS_ACCESS_KEY_ID": locals3.DefaultAccessKeyID, "AWS_SECRET_ACCESS_KEY": locals3.DefaultSecretAccessKey,
+		"AWS_SESSION_TOKEN": "", "AWS_PROFILE": "", "AWS_ENDPOINT_URL": "",
+		"AWS_CONFIG_FILE": filepath.Join(t.TempDir(), "none"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(t.TempDir(), "none"),
+	} {
+		t.Setenv(name, value)
+	}
+	if err := os.Unsetenv("AWS_ENDPOINT_URL"); err != nil { // set but empty would still override the S3 one
+		t.Fatal(err)
+	}
+	load := func(kv map[string]string) config.Config {
+		kv["DATABASE_URL"] = "postgres://127.0.0.1:1/none"
+		cfg, err := config.Load(func(name string) string { return kv[name] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if b, err := startup.LogBucket(ctx, load(map[string]string{})); b != nil || err != nil {
+		t.Fatalf("without LOG_BUCKET: %v, %v", b, err)
+	}
+	b, err := startup.LogBucket(ctx, load(map[string]string{"LOG_BUCKET": "mediator-logs"}))
+	if err != nil || b == nil {
+		t.Fatalf("with LOG_BUCKET: %v, %v", b, err)
+	}
+	target := store.LogTarget{Owner: "client:alice", RunKey: "r", Attempt: 1, StepID: "s1", Try: 1, Epoch: 3}
+	up, err := b.UploadURLs(ctx, target, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(up.Chunks[0].URL, endpoint+"/mediator-logs/") {
+		t.Fatalf("not a path-style URL of %s: %s", endpoint, up.Chunks[0].URL)
+	}
+	req, err := http.NewRequest(http.MethodPut, up.Chunks[0].URL, strings.NewReader("from the environment\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT through the signed URL: %d", resp.StatusCode)
+	}
+	log, err := b.Read(ctx, store.StepLogFacts{RunID: "r", Owner: "client:alice", RunKey: "r", StepID: "s1", Attempt: 1,
+		Current: true, State: "RUNNING", Tries: 1}, 0)
+	if err != nil || len(log.Chunks) != 1 || log.Chunks[0].Bytes != int64(len("from the environment\n")) {
+		t.Fatalf("read back: %+v, %v", log, err)
 	}
 }

@@ -36,6 +36,7 @@ type lockedRun struct {
 	state      string
 	attempt    int
 	cancelling bool
+	owner      string
 	steps      []reportStep
 	epoch      *int64 // the node's lease on this run, if any
 	boot, role *string
@@ -50,7 +51,7 @@ type lockedRun struct {
 // r.state empty (see locked).
 func queueLockRun(b *pgx.Batch, t lockTarget, r *lockedRun) {
 	lockRunStmt.queue(b, func(row pgx.Row) error {
-		err := row.Scan(&r.state, &r.attempt, &r.cancelling)
+		err := row.Scan(&r.state, &r.attempt, &r.cancelling, &r.owner)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

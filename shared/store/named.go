@@ -26,6 +26,14 @@ import (
 // and a statement a Store writes a setting into (bound, store.go) no longer reads it.
 type named map[string]any
 
+// with is n with more's values added: a statement's arguments built in parts.
+func (n named) with(more named) named {
+	for k, v := range more {
+		n[k] = v
+	}
+	return n
+}
+
 type rewritten struct {
 	sql   string
 	order []string // the name bound to $1, $2, ...

@@ -116,7 +116,7 @@ func TestQueuePositionsAreExactUnderConcurrency(t *testing.T) {
 		return err
 	})
 	work("fold", 10, func(r *rand.Rand, i int) error {
-		_, err := env.Store.Reap(ctx)
+		_, err := env.Store.Reap(ctx, store.ReapParams{})
 		return err
 	})
 	for w := range 4 {

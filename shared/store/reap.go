@@ -42,10 +42,26 @@ const reapBatch = 200
 // the invocation cleanly instead of in a Lambda timeout.
 const reapMargin = 3 * time.Second
 
+// ReapParams are what a reap does beyond the database.
+type ReapParams struct {
+	// RemoveLogs, when set, removes the step logs of a run about to be pruned, before its rows
+	// go: once they are gone nothing names the objects, and the run's key may be taken by a
+	// new run whose logs would then share their prefix. A failure is logged and the run pruned
+	// all the same — the database's retention does not wait for S3, and the bucket's lifecycle
+	// rule expires what is left.
+	RemoveLogs func(ctx context.Context, run PrunedRun) error
+}
+
+// PrunedRun is a run past retention, by the names its logs are kept under.
+type PrunedRun struct {
+	Owner string
+	Key   string
+}
+
 // Reap is the scheduled sweep, in small independent transactions, each conditional on what its
 // decision was based on. Two reapers at once are harmless: a write
 // whose condition no longer holds changes nothing.
-func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
+func (s *Store) Reap(ctx context.Context, p ReapParams) (ReapSummary, error) {
 	var sum ReapSummary
 	madeRoom := false
 	steps := []func(context.Context, *ReapSummary) (bool, error){
@@ -80,7 +96,7 @@ func (s *Store) Reap(ctx context.Context) (ReapSummary, error) {
 		s.log.Warn("stranded_runs_recovered", "count", wake.Promoted)
 	}
 	// 7: retention, and the queue's counts folded, last: nothing waits on them.
-	if err := s.prune(ctx, &sum); err != nil {
+	if err := s.prune(ctx, p, &sum); err != nil {
 		return sum, err
 	}
 	_, err = foldQueueCountsStmt.exec(ctx, s.pool)
@@ -91,37 +107,96 @@ var foldQueueCountsStmt = stmt("fold_queue_counts")
 
 var (
 	pruneSwitchStmt = stmt("prune_switch")
+	pruneDueStmt    = stmt("prune_due")
 	pruneRunsStmt   = stmt("prune_runs")
 )
 
-// pruneBatch bounds each transaction that deletes runs past retention.
-const pruneBatch = 500
+// pruneBatch bounds each transaction that deletes runs past retention; pruneLogsBatch each,
+// when the runs' logs go first: those cost two S3 requests a run, and a batch is read before
+// them and pruned after.
+const (
+	pruneBatch     = 500
+	pruneLogsBatch = 100
+)
 
 // prune deletes runs that ended more than RUN_RETENTION_DAYS ago, a batch per transaction,
 // until none is due or the invocation's deadline nears. A run_id pruned may be used again.
-func (s *Store) prune(ctx context.Context, sum *ReapSummary) error {
+func (s *Store) prune(ctx context.Context, p ReapParams, sum *ReapSummary) error {
 	if s.set.RetentionDays <= 0 {
 		return nil
 	}
 	for inTime(ctx) {
+		batch, listed, keys, err := s.removeLogsBeforePrune(ctx, p)
+		if err != nil {
+			return err
+		}
+		if keys != nil && len(keys) == 0 {
+			if listed == 0 {
+				return nil
+			}
+			break // out of time before the first run's logs
+		}
 		n, err := inTx(ctx, s, func(tx pgx.Tx) (int, error) {
 			if _, err := pruneSwitchStmt.exec(ctx, tx); err != nil {
 				return 0, err
 			}
 			var n int
-			err := pruneRunsStmt.queryRow(ctx, tx, named{"days": s.set.RetentionDays, "batch": pruneBatch}).Scan(&n)
+			err := pruneRunsStmt.queryRow(ctx, tx, named{"days": s.set.RetentionDays, "batch": batch, "keys": keys}).Scan(&n)
 			return n, err
 		})
 		if err != nil {
 			return err
 		}
 		sum.Pruned += n
-		if n < pruneBatch {
+		// Done, or what is left is held by other writers (SKIP LOCKED): the next reap takes it.
+		if n == 0 || (keys == nil && n < batch) || (keys != nil && listed < batch) {
 			return nil
 		}
 	}
 	sum.Unfinished = true
 	return nil
+}
+
+// removeLogsWithin bounds the removal of one run's logs: an S3 that does not answer must cost
+// the reap a few seconds a run, not its whole deadline.
+const removeLogsWithin = 5 * time.Second
+
+// removeLogsBeforePrune removes the logs of the next batch of runs due (listed of them), when
+// the reap removes logs at all (keys nil when it does not: any run due may be pruned). keys are
+// the runs dealt with in time: those whose logs were removed, or could not be (logged), or that
+// never ran.
+func (s *Store) removeLogsBeforePrune(ctx context.Context, p ReapParams) (batch, listed int, keys []string, err error) {
+	if p.RemoveLogs == nil {
+		return pruneBatch, 0, nil, nil
+	}
+	type due struct {
+		PrunedRun
+		Ran bool
+	}
+	runs, err := collect(ctx, s.pool, pruneDueStmt, func(row pgx.CollectableRow) (due, error) {
+		var d due
+		return d, row.Scan(&d.Owner, &d.Key, &d.Ran)
+	}, named{"days": s.set.RetentionDays, "batch": pruneLogsBatch})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	keys = []string{}
+	for _, r := range runs {
+		if !inTime(ctx) {
+			break
+		}
+		if r.Ran {
+			rctx, cancel := context.WithTimeout(ctx, removeLogsWithin)
+			err := p.RemoveLogs(rctx, r.PrunedRun)
+			cancel()
+			if err != nil {
+				s.log.Warn("step logs not removed before their run was pruned: the bucket's lifecycle rule expires them",
+					"run_key", r.Key, "owner", r.Owner, "error", err.Error())
+			}
+		}
+		keys = append(keys, r.Key)
+	}
+	return pruneLogsBatch, len(runs), keys, nil
 }
 
 // inTime reports whether the invocation has time for another batch.

@@ -172,7 +172,7 @@ func TestReapStopsBeforeTheDeadline(t *testing.T) {
 	// machine.
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(store.ReapMargin))
 	defer cancel()
-	sum, err := env.Store.Reap(ctx)
+	sum, err := env.Store.Reap(ctx, store.ReapParams{})
 	if err != nil || !sum.Unfinished || sum.Expired != 0 {
 		t.Fatalf("near the deadline: %+v, %v", sum, err)
 	}
@@ -209,7 +209,7 @@ func TestConcurrentReapers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sum, err := env.Store.Reap(context.Background())
+			sum, err := env.Store.Reap(context.Background(), store.ReapParams{})
 			if err != nil {
 				t.Errorf("reaper %d: %v", i, err)
 			}

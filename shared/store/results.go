@@ -26,6 +26,9 @@ type ReportResult struct {
 	// Read is the queue as read inside the report's transaction once it held the reporter's
 	// node (report_wake_start; WakeParams.Read), or nil.
 	Read *QueueRead
+	// Log is where the try a started report began keeps its log (nil for any other report):
+	// the answer hands the node its first upload URLs, fenced as the report was.
+	Log *LogTarget
 	// freesReporter: the write releases the reporter's own lease.
 	freesReporter bool
 }
@@ -105,6 +108,11 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 	// node in the match, any node repeating another's report would get 200.
 	if st.Epoch != nil && *st.Epoch == p.Epoch && st.NodeID == p.NodeID && st.State == want && sameCode(st.ExitCode, p.ExitCode, want) {
 		*res = ReportResult{StepState: st.State, RunState: runState, Next: []NodeStep{}}
+		if p.Status == wire.ReportStarted {
+			// A step still RUNNING under the epoch it started with is still under that lease:
+			// losing the lease, or the boot, resets the step's epoch.
+			res.Log = &LogTarget{Owner: lr.owner, RunKey: p.RunID, Attempt: attempt, StepID: p.StepID, Try: st.Tries, Epoch: p.Epoch}
+		}
 		return nil
 	}
 	if runState != wire.Running || epoch == nil || *epoch != p.Epoch || *boot != p.BootID || *role != st.Role {
@@ -120,6 +128,9 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 	*res = ReportResult{StepState: d.state, RunState: runState, Settled: d.settle}
 	if d.settle != "" {
 		res.RunState = d.settle
+	}
+	if p.Status == wire.ReportStarted {
+		res.Log = &LogTarget{Owner: lr.owner, RunKey: p.RunID, Attempt: attempt, StepID: p.StepID, Try: d.tries, Epoch: p.Epoch}
 	}
 	write := reportWriteStmt
 	if len(d.skip) == 0 && len(d.release) == 0 && d.settle == "" {
@@ -143,12 +154,20 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
 		"attempt": attempt, "outputs": outputsArg(p.Outputs),
 		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role, "hold": holdFor.Seconds(),
-	})
+	}.with(logArgs(p)))
 	res.Next = []NodeStep{}
 	if len(next) > 0 {
 		reportNextStmt.queue(b, func(row pgx.Row) error { return row.Scan(&res.Next) }, p.RunID, next)
 	}
 	return nil
+}
+
+// logArgs are a report's log summary as record_step_log takes it: NULLs for none.
+func logArgs(p wire.Report) named {
+	if p.Log == nil {
+		return named{"log_state": nil, "log_bytes": nil, "log_sha256": nil, "log_uploaded": nil}
+	}
+	return named{"log_state": reportedState(p.Status), "log_bytes": p.Log.Bytes, "log_sha256": p.Log.SHA256, "log_uploaded": p.Log.Uploaded}
 }
 
 // outputsArg is a report's outputs as the statement takes them: SQL NULL for none.

@@ -50,7 +50,7 @@ func TestRetentionPrunesOldRunsOnly(t *testing.T) {
 		}
 		// An invocation with little time left: the sweep stops before its deadline.
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(store.ReapMargin+500*time.Millisecond))
-		sum, err := env.Store.Reap(ctx)
+		sum, err := env.Store.Reap(ctx, store.ReapParams{})
 		cancel()
 		if err != nil {
 			t.Fatalf("reap %d: %v", reaps, err)

@@ -96,6 +96,15 @@ func TestConstraintsHaveNames(t *testing.T) {
 		{"running without started_at", `UPDATE runs SET started_at = NULL WHERE run_id = 'r1'`, "runs_running_has_started_at", store.ErrInvariant},
 		{"a second pulse", `INSERT INTO heartbeat_pulse (only_row) VALUES (false)`, "heartbeat_pulse_one_row", store.ErrInvariant},
 		{"half a silence", `UPDATE heartbeat_pulse SET quiet_from = now()`, "heartbeat_pulse_quiet_whole", store.ErrInvariant},
+		// A step's log summary, as a terminal report stores it.
+		{"a log of negative size", stepLog(`'r1', 's1', 1, 'SUCCEEDED', -1, repeat('a', 64), true`), "step_logs_bytes_not_negative", store.ErrInvariant},
+		{"a log digest in capitals", stepLog(`'r1', 's1', 1, 'SUCCEEDED', 0, repeat('A', 64), true`), "step_logs_sha256_hex", store.ErrInvariant},
+		{"a log digest cut short", stepLog(`'r1', 's1', 1, 'SUCCEEDED', 0, repeat('a', 63), true`), "step_logs_sha256_hex", store.ErrInvariant},
+		{"a log of a step still running", stepLog(`'r1', 's1', 1, 'RUNNING', 0, repeat('a', 64), true`), "step_logs_state_final", store.ErrInvariant},
+		{"a log of attempt 0", stepLog(`'r1', 's1', 0, 'FAILED', 0, repeat('a', 64), true`), "step_logs_attempt_positive", store.ErrInvariant},
+		{"a log of no step", stepLog(`'r1', 'nope', 1, 'FAILED', 0, repeat('a', 64), true`), "step_logs_step_fkey", store.ErrInvariant},
+		{"a log twice", stepLog(`'r1', 's1', 1, 'FAILED', 0, repeat('a', 64), true), ('r1', 's1', 1, 'FAILED', 1, repeat('b', 64), false`),
+			"step_logs_pkey", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +127,11 @@ func TestConstraintsHaveNames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stepLog inserts step_logs rows of the values given.
+func stepLog(values string) string {
+	return `INSERT INTO step_logs (run_id, step_id, attempt, state, bytes, sha256, uploaded) VALUES (` + values + `)`
 }
 
 // TestMigrationsRoundTrip: up, down, up on an empty database.

@@ -104,3 +104,42 @@ type Lease struct {
 	// Alive is judged by the lease alone: not expired yet.
 	Alive bool `json:"alive"`
 }
+
+// LogTarget is where one try of a step keeps its log: the names its keys are built from
+// (shared/steplogs). Owner and RunKey name the run across owners; Attempt is the run's,
+// Try the step's (steps.tries), Epoch the lease the try runs under.
+type LogTarget struct {
+	Owner   string
+	RunKey  string
+	Attempt int
+	StepID  string
+	Try     int
+	Epoch   int64
+}
+
+// StepLogFacts are what the database knows of a step's log in one attempt; which chunks exist
+// is the bucket's to say.
+type StepLogFacts struct {
+	RunID   string // the id its owner chose, as the reader named it
+	Owner   string
+	RunKey  string
+	StepID  string
+	Attempt int
+	// Current: Attempt is the run's latest. Then State, Epoch and Tries are the step's as it
+	// stands; for an earlier attempt, State is what its node reported there (CANCELLED when
+	// the attempt ended before any report: the run lost a node and was requeued), and Epoch
+	// and Tries are not known.
+	Current bool
+	State   string
+	Epoch   *int64
+	Tries   int
+	// Summary is what the step's terminal report said of its log in that attempt, if one did.
+	Summary *LogSummary
+}
+
+// LogSummary is a terminal report's word on a step's log, as stored.
+type LogSummary struct {
+	Bytes    int64
+	SHA256   string
+	Uploaded bool
+}

@@ -14,13 +14,18 @@ import (
 	"mediator/shared/store"
 )
 
-// Reap is the reap function's handler: it runs the store's sweep once per scheduled event,
+// Reap is the reap function's handler: it runs the store's sweep once per scheduled event (the
+// step logs of the runs retention prunes removed first, in a stack that keeps logs),
 // publishes the run events handlers left unpublished, logs the summary as one structured line
 // whose counts are CloudWatch metrics (metrics.go), and answers it.
 func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.ReapSummary, error) {
 	st, log, function := d.Store, d.Log, functionName()
+	var params store.ReapParams
+	if d.Logs != nil {
+		params.RemoveLogs = d.Logs.RemoveRun
+	}
 	return func(ctx context.Context, ev events.EventBridgeEvent) (store.ReapSummary, error) {
-		sum, err := st.Reap(ctx)
+		sum, err := st.Reap(ctx, params)
 		if err == nil {
 			// EventBridge being down is not the reap's failure: the events stay marked, and
 			// the next reap tries again.

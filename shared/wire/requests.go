@@ -55,4 +55,24 @@ type Report struct {
 	Output         *string
 	// Outputs are a succeeded step's outputs for the steps that wait for it (nil for none).
 	Outputs map[string]string
+	// Log is what a terminal report says of the step's log in this attempt (nil for nothing).
+	Log *LogSummary
+}
+
+// LogSummary is a step's log as its node stored it: its size and SHA-256 (lower-case hex) as
+// a reader joins its chunks, and whether every chunk was uploaded.
+type LogSummary struct {
+	Bytes    int64
+	SHA256   string
+	Uploaded bool
+}
+
+// LogURLs asks for upload URLs for the log of a step the node runs:
+// POST /v1/runs/{run_id}/steps/{step_id}/log-urls. From is the first chunk number, Count how
+// many (1 to MaxLogURLs).
+type LogURLs struct {
+	RunID, StepID  string
+	NodeID, BootID string
+	Epoch          int64
+	From, Count    int
 }

@@ -57,6 +57,23 @@ const (
 // MaxReasonBytes bounds a cancel's reason.
 const MaxReasonBytes = 1 << 10
 
+// Step logs. A step's output is stored as numbered chunks, each one object uploaded through a
+// presigned PUT URL; a URL is signed before its chunk exists, so it cannot bound the chunk's
+// size: the reader does, by ending a log's listing at a chunk larger than LogChunkMaxBytes.
+const (
+	LogChunkMaxBytes = 4 << 20
+	// MaxLogURLs bounds one batch of upload URLs; LogURLsFirstBatch is the batch a started
+	// report's answer carries.
+	MaxLogURLs        = 64
+	LogURLsFirstBatch = 16
+	// MaxLogSeq is the largest chunk number: keys carry it as eight digits, so that S3 lists a
+	// try's chunks in their order.
+	MaxLogSeq = 99_999_999
+)
+
+// SHA256Pattern is a log's SHA-256 as reports carry it: lower-case hex.
+var SHA256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
 // Run states. There are no others: a cancel in progress is RUNNING with cancel_requested_at
 // set.
 const (

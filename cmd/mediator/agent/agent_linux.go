@@ -35,6 +35,7 @@ type Agent struct {
 	steps   string // the steps' own directories
 	environ []string
 	events  chan any
+	logs    attemptLogs // the step logs of the attempts run here
 
 	// The rest is the loop's alone.
 	labels   []string
@@ -458,6 +459,7 @@ func (a *Agent) adopt(hl client.HeldLease, h http.Header, sent time.Time, via st
 	l.guardAt = l.deadline.Add(-a.margin(l))
 	a.lease = l
 	clear(a.done)
+	a.logs.keepRun(l.runID)
 	a.killStrays("before the lease's work starts")
 	a.log.Info("lease taken", "run", l.runID, "epoch", l.epoch, "via", via, "expires_at", l.expires,
 		"guard_in", time.Until(l.guardAt).Round(time.Millisecond).String())

@@ -32,30 +32,30 @@ func OutputFile(runID, stepID string, attempt int) string {
 }
 
 // open opens a step's output file for appending, after a header line, and returns it with the
-// offset where this try's output begins. The agent reads the tail back through the same
-// descriptor, never by name: a step that put a FIFO or a link in its place cannot hold the
-// agent up or send it elsewhere. Such a file found at the name is replaced.
-func (o *outputs) open(runID, stepID string, attempt int, header string) (*os.File, int64, error) {
+// offsets where this try begins (its header: where its log begins) and where its output
+// begins (after the header). The agent reads the file back through the same descriptor, never
+// by name: a step that put a FIFO or a link in its place cannot hold the agent up or send it
+// elsewhere. Such a file found at the name is replaced.
+func (o *outputs) open(runID, stepID string, attempt int, header string) (f *os.File, begin, from int64, err error) {
 	name := OutputFile(runID, stepID, attempt)
-	f, err := openOutput(filepath.Join(o.dir, name))
-	if err != nil {
-		return nil, 0, err
-	}
-	if _, err := io.WriteString(f, header); err != nil {
-		f.Close()
-		return nil, 0, err
+	if f, err = openOutput(filepath.Join(o.dir, name)); err != nil {
+		return nil, 0, 0, err
 	}
 	fi, err := f.Stat()
+	if err == nil {
+		begin = fi.Size()
+		_, err = io.WriteString(f, header)
+	}
 	if err != nil {
 		f.Close()
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	o.mu.Lock()
 	o.busy[name]++
 	busy := names(o.busy)
 	o.mu.Unlock()
 	_ = Rotate(o.dir, o.keep, busy)
-	return f, fi.Size(), nil
+	return f, begin, begin + int64(len(header)), nil
 }
 
 // openOutput opens path to append to and read back, as a regular file: anything else there (a
@@ -137,20 +137,27 @@ func Rotate(dir string, keep int, busy map[string]bool) error {
 
 // Tail is the last n bytes of f from offset from on, as text the API takes.
 func Tail(f *os.File, from int64, n int) (string, error) {
+	b, cut, err := tailBytes(f, from, n)
+	return Text(b, n, cut), err
+}
+
+// tailBytes is the last n bytes of f from offset from on, and whether they begin after from
+// (in the middle of the output, perhaps of a line or a character).
+func tailBytes(f *os.File, from int64, n int) ([]byte, bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return "", err
+		return nil, false, err
 	}
 	start := max(from, fi.Size()-int64(n))
 	if start >= fi.Size() {
-		return "", nil
+		return nil, false, nil
 	}
 	buf := make([]byte, fi.Size()-start)
 	k, err := f.ReadAt(buf, start)
 	if err != nil && err != io.EOF {
-		return "", err
+		return nil, false, err
 	}
-	return Text(buf[:k], n, start > from), nil
+	return buf[:k], start > from, nil
 }
 
 // Text makes output fit a report: valid UTF-8 without NUL (the API refuses both), at most limit
@@ -175,14 +182,66 @@ func Text(b []byte, limit int, cut bool) string {
 	return s
 }
 
-// withReason puts why first, then as much of the output's end as fits a message.
-func withReason(reason, tail string) string {
-	if tail == "" {
-		return Text([]byte(reason), wire.MaxMessageBytes, false)
+// Message is a report's message: what the agent has to say first (why the step was stopped, an
+// upload that did not finish), one per line, then the last lines of the step's output, out,
+// as many as fit wire.MaxMessageBytes. cut says out begins in the middle of the output. What
+// a script prints last — its error — is what people read first, so the end is kept, and whole
+// lines only: a message that began inside a word would misquote the step.
+func Message(why []string, out []byte, cut bool) string {
+	head := strings.Join(why, "\n")
+	if len(out) == 0 {
+		return Text([]byte(head), wire.MaxMessageBytes, false)
 	}
-	room := wire.MaxMessageBytes - len(reason) - 1
+	if head == "" {
+		return LastLines(out, wire.MaxMessageBytes, cut)
+	}
+	room := wire.MaxMessageBytes - len(head) - 1
 	if room <= 0 {
-		return Text([]byte(reason), wire.MaxMessageBytes, false)
+		return Text([]byte(head), wire.MaxMessageBytes, false)
 	}
-	return reason + "\n" + Text([]byte(tail), room, true)
+	if lines := LastLines(out, room, cut); lines != "" {
+		return head + "\n" + lines
+	}
+	return head
+}
+
+// ellipsis begins a message whose one line was longer than the message may be.
+const ellipsis = "…"
+
+// LastLines is the end of out as text a report takes (valid UTF-8, no NUL), at most limit
+// bytes, beginning at the start of a line; cut says out begins in the middle of the output,
+// so its first line is not whole. When not even the last line fits, it is cut after a space
+// and begun with "…" (inside a word only when the limit holds no space at all: a line of
+// base64). The newlines the output ends with are left out.
+func LastLines(out []byte, limit int, cut bool) string {
+	// "?" for what is not text: one byte for at least one, so the text never grows.
+	s := strings.ToValidUTF8(string(out), "?")
+	s = strings.ReplaceAll(s, "\x00", "?")
+	s = strings.TrimRight(s, "\r\n")
+	if limit <= 0 || s == "" {
+		return ""
+	}
+	start := max(len(s)-limit, 0)
+	if (start == 0 && !cut) || (start > 0 && s[start-1] == '\n') {
+		return s[start:]
+	}
+	if i := strings.IndexByte(s[start:], '\n'); i >= 0 {
+		return s[start+i+1:]
+	}
+	// The last line alone is longer than limit (or is all there is of a cut line).
+	room := limit - len(ellipsis)
+	if room <= 0 {
+		return ""
+	}
+	line := s[start:]
+	if len(line) > room {
+		line = line[len(line)-room:]
+	}
+	if i := strings.IndexAny(line, " \t"); i >= 0 && i+1 < len(line) {
+		return ellipsis + line[i+1:]
+	}
+	for len(line) > 0 && !utf8.RuneStart(line[0]) {
+		line = line[1:]
+	}
+	return ellipsis + line
 }

@@ -51,15 +51,21 @@ func TestRotateKeepsTheNewest(t *testing.T) {
 
 func TestOutputsAppendEachTryAndTailOnlyItsOwn(t *testing.T) {
 	o := &outputs{dir: t.TempDir(), keep: 10, busy: map[string]int{}}
-	f, from, err := o.open("r", "s", 1, "=== try 1\n")
+	f, begin, from, err := o.open("r", "s", 1, "=== try 1\n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprint(f, "first try\n")
 	o.done(f)
-	f, from, err = o.open("r", "s", 1, "=== try 2\n")
+	if begin != 0 || from != int64(len("=== try 1\n")) {
+		t.Fatalf("the first try begins at %d, its output at %d", begin, from)
+	}
+	f, begin, from, err = o.open("r", "s", 1, "=== try 2\n")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if begin != int64(len("=== try 1\nfirst try\n")) || from != begin+int64(len("=== try 2\n")) {
+		t.Fatalf("the second try begins at %d, its output at %d", begin, from)
 	}
 	fmt.Fprint(f, "second try\n")
 	if got, _ := Tail(f, from, 1000); got != "second try\n" {
@@ -105,8 +111,58 @@ func TestTailAndText(t *testing.T) {
 	if len(s) > wire.MaxMessageBytes || !utf8.ValidString(s) || !strings.HasSuffix(long, s) {
 		t.Fatalf("Text kept %d bytes, valid %v", len(s), utf8.ValidString(s))
 	}
-	m := withReason("timed out after 1s", long)
-	if len(m) > wire.MaxMessageBytes || !strings.HasPrefix(m, "timed out after 1s\n") || !utf8.ValidString(m) {
-		t.Fatalf("withReason: %d bytes: %q…", len(m), m[:40])
+	m := Message([]string{"timed out after 1s"}, []byte(long), false)
+	if len(m) > wire.MaxMessageBytes || !strings.HasPrefix(m, "timed out after 1s\n…") || !utf8.ValidString(m) {
+		t.Fatalf("Message: %d bytes: %q…", len(m), m[:40])
+	}
+}
+
+// A message is the output's last lines, whole: never begun inside a line (or a word), always
+// text a report takes, at most the limit.
+func TestLastLinesCutAtALineBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		out   string
+		limit int
+		cut   bool
+		want  string
+	}{
+		{"all of it fits", "one\ntwo\n", 100, false, "one\ntwo"},
+		{"exactly", "one\ntwo", 7, false, "one\ntwo"},
+		{"the first line does not fit", "first line\nsecond\nerror: it broke\n", 22, false, "second\nerror: it broke"},
+		{"a window that begins a line", "aaaa\nbb\ncc\n", 5, false, "bb\ncc"},
+		{"a window one byte into a line", "aaaa\nbbb\ncc\n", 5, false, "cc"},
+		{"cut output: its first line is not whole", "tail of a line\nwhole\n", 100, true, "whole"},
+		{"cut output, one partial line", "ord and more words", 100, true, "…and more words"},
+		{"the last line alone is too long", "ok\n" + "the error is " + strings.Repeat("x", 50) + " here", 20, false, "…here"},
+		{"the last line's words all too long", "ok\n" + strings.Repeat("y", 50), 10, false, "…yyyyyyy"},
+		{"trailing newlines and CRs left out", "done\r\n\n\n", 100, false, "done"},
+		{"NUL and bytes that are not UTF-8", "a\x00b\xffc\n", 100, false, "a?b?c"},
+		{"a character is never cut", "é\n" + strings.Repeat("é", 10), 9, false, "…ééé"},
+		{"nothing", "\n\n", 100, false, ""},
+		{"no room", "abc", 0, false, ""},
+	} {
+		got := LastLines([]byte(tc.out), tc.limit, tc.cut)
+		if got != tc.want {
+			t.Errorf("%s: LastLines(%q, %d, %v) = %q, want %q", tc.name, tc.out, tc.limit, tc.cut, got, tc.want)
+		}
+		if len(got) > max(tc.limit, 0) || !utf8.ValidString(got) || strings.ContainsRune(got, 0) {
+			t.Errorf("%s: %q is not a message: %d bytes of at most %d", tc.name, got, len(got), tc.limit)
+		}
+	}
+	// However long, a message keeps the end, and begins at a line's start.
+	var b strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&b, "line %d of the step's output\n", i)
+	}
+	b.WriteString("error: the last thing it said\n")
+	m := Message(nil, []byte(b.String()), false)
+	if len(m) > wire.MaxMessageBytes || !strings.HasSuffix(m, "\nerror: the last thing it said") || !strings.HasPrefix(m, "line ") ||
+		!strings.Contains(b.String(), "\n"+m+"\n") {
+		t.Fatalf("Message kept %d bytes: %q … %q", len(m), m[:30], m[len(m)-30:])
+	}
+	m = Message([]string{"timed out", "log upload incomplete: S3 answered 500"}, []byte(b.String()), true)
+	if !strings.HasPrefix(m, "timed out\nlog upload incomplete: S3 answered 500\nline ") || len(m) > wire.MaxMessageBytes {
+		t.Fatalf("Message with reasons: %q…", m[:80])
 	}
 }

@@ -50,6 +50,10 @@ const lostMessage = "lease_lost"
 // shutdownReportFor bounds how long a stopping agent keeps trying to report.
 const shutdownReportFor = 20 * time.Second
 
+// shutdownLogWait bounds the last flush of a step's log when the agent is told to stop a second
+// time: it exits within the cancel grace and a second, and the report goes first.
+const shutdownLogWait = 500 * time.Millisecond
+
 // errAbandoned: the report was given up, the work being dropped.
 var errAbandoned = errors.New("abandoned: the work was dropped")
 
@@ -67,6 +71,12 @@ type runner struct {
 
 	reason    stopReason // the runner's: the strongest reason received
 	stoppedAt time.Time
+
+	// logFirst is the started report's batch of log upload URLs: nil when the stack keeps no
+	// logs, and then nothing is uploaded. upload streams this try's log while it runs.
+	logFirst *client.LogUpload
+	upload   *Uploader
+	sends    int // the tries the last report answered took
 }
 
 // stop asks the runner to stop (loop goroutine); false when it was asked as much before.
@@ -135,11 +145,16 @@ func (r *runner) run() {
 
 // life runs the step: started, the process, then its result.
 func (r *runner) life() runnerDone {
-	if _, _, err := r.send(client.ReportRequest{Status: wire.ReportStarted}, true); err != nil {
+	rep, _, err := r.send(client.ReportRequest{Status: wire.ReportStarted}, true)
+	if err != nil {
 		if errors.Is(err, errAbandoned) && (r.reason == stopCancel || r.reason == stopShutdown) {
 			return r.deliver(r.before())
 		}
 		return r.refused(err)
+	}
+	r.logFirst = rep.Log
+	if r.logFirst == nil && r.sends > 1 {
+		r.logFirst = r.firstLogURLs()
 	}
 	spec, err := ParseSpec(r.step.Spec)
 	if err != nil {
@@ -208,11 +223,13 @@ func (r *runner) execute(spec Spec) result {
 	}
 	header := fmt.Sprintf("=== %s run %s step %s attempt %d on node %s (boot %s)\n",
 		time.Now().UTC().Format(time.RFC3339), st.RunID, st.StepID, st.Attempt, a.cfg.NodeID, a.boot)
-	out, from, err := a.out.open(st.RunID, st.StepID, st.Attempt, header)
+	out, begin, from, err := a.out.open(st.RunID, st.StepID, st.Attempt, header)
 	if err != nil {
 		return failed("the step's output file: %v", err)
 	}
 	defer a.out.done(out)
+	r.startLog(out, begin, from)
+	defer r.endLog(out.Name()) // once: the paths that end before the process does
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdout: out, Stderr: out}
 	r.poll()
 	if r.reason != stopNone {
@@ -243,9 +260,9 @@ func (r *runner) execute(spec Spec) result {
 	if err != nil {
 		r.log.Warn("waiting for the step's process", "error", err.Error())
 	}
-	tail, _ := Tail(out, from, wire.MaxOutputBytes)
-	message := Text([]byte(tail), wire.MaxMessageBytes, true)
-	res := result{exitCode: code, output: tail, message: message}
+	end, cut, _ := tailBytes(out, from, wire.MaxOutputBytes)
+	res := result{exitCode: code, output: Text(end, wire.MaxOutputBytes, cut)}
+	var why []string // said before the output's last lines
 	var attrs []any
 	if code != nil {
 		attrs = []any{"exit_code", *code}
@@ -253,20 +270,24 @@ func (r *runner) execute(spec Spec) result {
 	switch {
 	case r.reason == stopStale:
 		r.log.Warn("step killed: the lease is gone", attrs...)
+		if r.upload != nil {
+			r.upload.Abort()
+			r.upload = nil
+		}
 		return result{none: true}
 	case r.reason == stopGuard:
 		r.log.Warn("step killed by the lease guard: dropped the work", attrs...)
 		res.status, res.message = wire.ReportFailed, lostMessage
 	case r.reason == stopCancel:
 		r.log.Info("step cancelled", attrs...)
-		res.status, res.message = wire.ReportCancelled, withReason("cancelled: the run was cancelled", tail)
+		res.status, why = wire.ReportCancelled, []string{"cancelled: the run was cancelled"}
 	case r.reason == stopShutdown:
 		r.log.Info("step cancelled: the agent is stopping", attrs...)
-		res.status, res.message = wire.ReportCancelled, withReason("cancelled: the agent on node "+a.cfg.NodeID+" was stopped", tail)
+		res.status, why = wire.ReportCancelled, []string{"cancelled: the agent on node " + a.cfg.NodeID + " was stopped"}
 	case timedOut:
-		why := fmt.Sprintf("timed out after %s (timeout_seconds): its process group was killed", seconds(spec.Timeout))
 		r.log.Info("step timed out", attrs...)
-		res.status, res.message = wire.ReportFailed, withReason(why, tail)
+		res.status = wire.ReportFailed
+		why = []string{fmt.Sprintf("timed out after %s (timeout_seconds): its process group was killed", seconds(spec.Timeout))}
 	case code == nil || *code != 0:
 		r.log.Info("step failed", attrs...)
 		res.status = wire.ReportFailed
@@ -274,13 +295,88 @@ func (r *runner) execute(spec Spec) result {
 		outs, err := readOutputs(outputsPath)
 		if err != nil {
 			r.log.Info("step failed: its outputs", "error", err.Error())
-			res.status, res.message = wire.ReportFailed, withReason("MEDIATOR_OUTPUTS: "+err.Error(), tail)
+			res.status, why = wire.ReportFailed, []string{"MEDIATOR_OUTPUTS: " + err.Error()}
 			break
 		}
 		r.log.Info("step succeeded", "outputs", len(outs))
 		res.status, res.outputs = wire.ReportSucceeded, outs
 	}
+	if note := r.endLog(out.Name()); note != "" && res.message == "" {
+		why = append(why, note)
+	}
+	if res.message == "" {
+		res.message = Message(why, end, cut)
+	}
 	return res
+}
+
+// startLog begins uploading this try's log, from begin in out (its output from from), when the
+// stack keeps logs.
+func (r *runner) startLog(out *os.File, begin, from int64) {
+	if r.logFirst == nil {
+		return
+	}
+	acc := r.a.logs.get(r.logKey())
+	r.upload = StartUpload(out, begin, from, r.logFirst, r.logURLs, acc, UploadOptions{Log: r.log})
+}
+
+// endLog waits (a bounded time) for the try's log to be stored, and says so for the message
+// when it could not be: the node's copy at path is then the only whole one. Only the first
+// call does anything.
+func (r *runner) endLog(path string) string {
+	up := r.upload
+	if up == nil {
+		return ""
+	}
+	r.upload = nil
+	var why string
+	if r.reason == stopShutdown {
+		why = up.FinishWithin(shutdownLogWait)
+	} else {
+		why = up.Finish()
+	}
+	if why == "" {
+		return ""
+	}
+	r.log.Warn("the step's log is not all stored", "why", why, "output", path)
+	return IncompleteNote(why, path)
+}
+
+// logKey names the attempt whose log this try adds to.
+func (r *runner) logKey() string {
+	return fmt.Sprintf("%s/%s/%d", r.step.RunID, r.step.StepID, r.step.Attempt)
+}
+
+// logSummary is what the report says of the attempt's log: nil when the stack keeps none.
+func (r *runner) logSummary() *client.LogSummary {
+	if r.logFirst == nil {
+		return nil
+	}
+	return r.a.logs.get(r.logKey()).Summary()
+}
+
+// firstLogURLs asks for the try's first batch when the started report's answer brought none
+// but may have been a repeat's: an answer lost on the way and the report sent again is
+// answered as the same report, perhaps without the batch. A stack that keeps no logs answers
+// 404, and nothing is uploaded.
+func (r *runner) firstLogURLs() *client.LogUpload {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := r.logURLs(ctx, 0, 16)
+	if err != nil {
+		if !client.HasCode(err, codeLogsNotStored) {
+			r.log.Warn("no log upload URLs for this try: its log is kept on the node only", "error", err.Error())
+		}
+		return nil
+	}
+	return b
+}
+
+// logURLs is the production URLSource: the API's log-urls route, fenced by this step's lease.
+func (r *runner) logURLs(ctx context.Context, from, count int) (*client.LogUpload, error) {
+	return r.a.api.LogURLs(ctx, r.step.RunID, r.step.StepID, client.LogURLsRequest{
+		NodeID: r.a.cfg.NodeID, BootID: r.a.boot, Epoch: r.epoch, From: from, Count: count,
+	})
 }
 
 // watch waits for the step's leader to exit, stopping the group on a timeout or when told,
@@ -351,7 +447,7 @@ func (r *runner) deliver(res result) runnerDone {
 	if res.none {
 		return runnerDone{}
 	}
-	req := client.ReportRequest{Status: res.status, ExitCode: res.exitCode, Outputs: res.outputs}
+	req := client.ReportRequest{Status: res.status, ExitCode: res.exitCode, Outputs: res.outputs, Log: r.logSummary()}
 	if res.message != "" {
 		req.Message = &res.message
 	}
@@ -364,6 +460,9 @@ func (r *runner) deliver(res result) runnerDone {
 		r.log.Error("the API refused the step's report; reporting it failed instead", "error", err.Error())
 		msg := Text([]byte("the agent's report was refused: "+err.Error()), wire.MaxMessageBytes, false)
 		rep, sent, err = r.send(client.ReportRequest{Status: wire.ReportFailed, ExitCode: res.exitCode, Message: &msg}, false)
+	}
+	if err != nil || wire.Final(rep.StepState) {
+		r.a.logs.drop(r.logKey()) // a step retried keeps its attempt's log for the next try
 	}
 	if err != nil {
 		return r.refused(err)
@@ -408,6 +507,7 @@ func (r *runner) send(req client.ReportRequest, starting bool) (*client.ReportRe
 		rep, err := a.api.Report(ctx, r.step.RunID, r.step.StepID, req)
 		cancel()
 		if err == nil {
+			r.sends = n
 			return rep, sent, nil
 		}
 		if refused(err) {

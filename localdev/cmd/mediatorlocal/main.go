@@ -1,8 +1,10 @@
 // Command mediatorlocal runs Mediator on one machine:
 //
-//	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking;
-//	                        with AUTH=jwt, a local OAuth 2.0 issuer beside it and the people's
-//	                        routes behind a JWT authorizer; with FRESH=1, on an emptied database
+//	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking,
+//	                        a local S3 keeping the steps' logs (S3_PORT, by default the API's + 2;
+//	                        its objects under .localdev/s3-dev); with AUTH=jwt, a local OAuth 2.0
+//	                        issuer beside it and the people's routes behind a JWT authorizer; with
+//	                        FRESH=1, on an emptied database
 //	mediatorlocal migrate   make migrate: the migrate function's code against the local database
 //	mediatorlocal stop NAME stop the local PostgreSQL cluster NAME (dev, test, demo, bench) of this checkout
 //
@@ -19,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,6 +98,13 @@ func serve(ctx context.Context) error {
 	default:
 		return fmt.Errorf("FRESH must be 1 (an emptied database) or 0, not %q", fresh)
 	}
+	port := envInt("PORT", 3000)
+	dir, err := localpg.ClusterDir("dev")
+	if err != nil {
+		return err
+	}
+	// Beside the cluster's folder, so that `make clean` removes it with the rest.
+	o.S3 = &devserver.LocalS3{Port: envInt("S3_PORT", port+2), Dir: filepath.Join(filepath.Dir(dir), "s3-dev")}
 	s, err := devserver.Open(ctx, o)
 	defer s.Stop()
 	if err != nil {
@@ -106,7 +116,6 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
-	port := envInt("PORT", 3000)
 	var (
 		jwt *gateway.JWTAuthorizer
 		iss *issuer.Issuer
@@ -149,6 +158,11 @@ func serve(ctx context.Context) error {
 		fmt.Printf("  PostgreSQL: %s (DATABASE_URL)\n", s.Database)
 	} else {
 		fmt.Printf("  PostgreSQL: %s (kept from one make dev to the next; FRESH=1 empties it)\n", s.Database)
+	}
+	if s.S3 != nil {
+		fmt.Printf("  steps' logs: a local S3 on %s, bucket %s (S3_PORT; objects in .localdev/s3-dev)\n", s.S3.URL(), s.Config.Logs.Bucket)
+	} else {
+		fmt.Printf("  steps' logs: bucket %s (LOG_BUCKET)\n", s.Config.Logs.Bucket)
 	}
 	if iss != nil {
 		c := issuer.DevClients()[0]

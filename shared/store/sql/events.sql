@@ -58,18 +58,35 @@ UPDATE event_publishing SET enabled = $1 WHERE only_row AND enabled <> $1
 /* reap: prune switch */
 SELECT set_config('mediator.pruning', 'on', true)
 
+-- fragment: prunable(r)
+-- r ended more than @days ago, and may go: never a live run; never a run with an event still to
+-- publish while publishing is on (with publishing off nothing ever publishes them, so the mark
+-- holds nothing back).
+r.finished_at < now() - @days::int * interval '1 day'
+AND r.state IN ({{FINAL_RUN_STATES}})
+AND NOT (EXISTS (SELECT 1 FROM event_publishing WHERE only_row AND enabled)
+         AND EXISTS (SELECT 1 FROM run_events e JOIN run_events_unpublished u ON u.event_id = e.event_id
+                     WHERE e.run_id = r.run_id))
+
+-- name: prune_due
+-- The runs the next prune would take, oldest first, for what the reaper removes outside the
+-- database before their rows go (their step logs): each one's owner and key, and whether it
+-- ever ran — a run never placed, in any attempt, was handed to no node and has no log. Nothing
+-- is locked: prune_runs decides again.
+/* reap: prune due */
+SELECT r.owner, r.run_id, r.attempt > 1 OR r.started_at IS NOT NULL
+FROM runs r WHERE {{prunable r}}
+ORDER BY r.finished_at LIMIT @batch::int
+
 -- name: prune_runs
--- Runs that ended more than @days ago go, whole: their steps, roles and history. Never a live
--- run; never a run with an event still to publish while publishing is on (with publishing off
--- nothing ever publishes them, so the mark holds nothing back).
+-- Runs that ended more than @days ago go, whole: their steps (and with them their log
+-- summaries, step_logs_step_fkey), roles and history; of @keys only, when given (the runs whose
+-- logs the reaper removed first), else any. Every condition is decided again here, on the rows
+-- locked.
 /* reap: prune */
 WITH due AS (
     SELECT r.run_id FROM runs r
-    WHERE r.finished_at < now() - @days::int * interval '1 day'
-      AND r.state IN ({{FINAL_RUN_STATES}})
-      AND NOT (EXISTS (SELECT 1 FROM event_publishing WHERE only_row AND enabled)
-               AND EXISTS (SELECT 1 FROM run_events e JOIN run_events_unpublished u ON u.event_id = e.event_id
-                           WHERE e.run_id = r.run_id))
+    WHERE {{prunable r}} AND (@keys::text[] IS NULL OR r.run_id = ANY (@keys::text[]))
     ORDER BY r.finished_at LIMIT @batch::int
     FOR UPDATE SKIP LOCKED
 ), steps AS (

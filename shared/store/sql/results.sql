@@ -15,11 +15,23 @@ WHERE run_id = @run_id::text AND step_id = @step_id::text AND state = @prev::tex
               AND l.epoch = @epoch::bigint AND l.boot_id = @boot_id::text AND l.role = @role::text)
 RETURNING step_id
 
+-- fragment: record_step_log
+-- What a terminal report says of the step's log in this attempt (@log_bytes NULL: nothing),
+-- written only when the step was (step), so a refused report stores no summary. A later try's
+-- report in the same attempt (after a retry) replaces the earlier one's: its log covers every
+-- try so far.
+INSERT INTO step_logs (run_id, step_id, attempt, state, bytes, sha256, uploaded)
+SELECT @run_id::text, @step_id::text, @attempt::int, @log_state::text, @log_bytes::bigint, @log_sha256::text, @log_uploaded::bool
+FROM step WHERE @log_bytes::bigint IS NOT NULL
+ON CONFLICT ON CONSTRAINT step_logs_pkey DO UPDATE SET state = excluded.state, bytes = excluded.bytes,
+    sha256 = excluded.sha256, uploaded = excluded.uploaded, recorded_at = now()
+
 -- name: report_step
 -- A report that changes its step only (started, a retry): the usual half of all reports, and a
 -- fifth of report_write to start up.
 /* report: step */
-WITH step AS ({{report_step_update}})
+WITH step AS ({{report_step_update}}
+), logged AS ({{record_step_log}})
 SELECT (SELECT count(*) FROM step), 0::bigint, '{}'::text[]
 
 -- name: report_write
@@ -32,6 +44,7 @@ SELECT (SELECT count(*) FROM step), 0::bigint, '{}'::text[]
 -- own insert of it finds the row there and does nothing.
 /* report: write */
 WITH RECURSIVE step AS ({{report_step_update}}
+), logged AS ({{record_step_log}}
 ), skipped AS (
     UPDATE steps SET state = {{SKIPPED}}, finished_at = now()
     WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = {{PENDING}}

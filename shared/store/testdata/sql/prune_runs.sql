@@ -2,10 +2,10 @@
 WITH due AS (
     SELECT r.run_id FROM runs r
     WHERE r.finished_at < now() - @days::int * interval '1 day'
-      AND r.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-      AND NOT (EXISTS (SELECT 1 FROM event_publishing WHERE only_row AND enabled)
-               AND EXISTS (SELECT 1 FROM run_events e JOIN run_events_unpublished u ON u.event_id = e.event_id
-                           WHERE e.run_id = r.run_id))
+AND r.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+AND NOT (EXISTS (SELECT 1 FROM event_publishing WHERE only_row AND enabled)
+         AND EXISTS (SELECT 1 FROM run_events e JOIN run_events_unpublished u ON u.event_id = e.event_id
+                     WHERE e.run_id = r.run_id)) AND (@keys::text[] IS NULL OR r.run_id = ANY (@keys::text[]))
     ORDER BY r.finished_at LIMIT @batch::int
     FOR UPDATE SKIP LOCKED
 ), steps AS (
