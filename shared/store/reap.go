@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"mediator/shared/wire"
 	"time"
 
@@ -266,6 +267,14 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 // reapLease is one expired lease's transaction.
 func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
 	o, err := inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
+		// The node first (lock.go): the loss counts against it. A node another writer holds
+		// (a restart, a report on it) is left to them, or to the next reap.
+		if err := loseLockNodeStmt.queryRow(ctx, tx, l.NodeID).Scan(new(int)); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return lostRun{}, nil
+			}
+			return lostRun{}, err
+		}
 		return s.loseLease(ctx, tx, lostLease{
 			leaseRef: l, Reason: wire.ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
 		})

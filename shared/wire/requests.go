@@ -57,6 +57,9 @@ type Report struct {
 	Outputs map[string]string
 	// Log is what a terminal report says of the step's log in this attempt (nil for nothing).
 	Log *LogSummary
+	// Failure is a failed report's kind of failure: FailureTest (the default) or FailureInfra,
+	// which counts against the node; "" for any other status.
+	Failure string
 }
 
 // LogSummary is a step's log as its node stored it: its size and SHA-256 (lower-case hex) as
