@@ -75,7 +75,7 @@ const renewSlack = time.Second
 // simply tried again: the next try sees what the other writer committed.
 func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResult, error) {
 	args := named{
-		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
+		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining, "unhealthy": p.Unhealthy,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
 	}
 	var err error
@@ -85,6 +85,9 @@ func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResul
 		res, restarted, err = scanHeartbeat(heartbeatStmt.queryRow(ctx, s.pool, args))
 		if err == nil && restarted {
 			res, err = s.heartbeatAfterRestart(ctx, p, args)
+		}
+		if err == nil {
+			err = s.heartbeatHealth(ctx, p, &res)
 		}
 		if !errors.Is(err, ErrRetry) && !errors.Is(err, ErrNodeChanged) {
 			return res, err

@@ -42,6 +42,9 @@ type Heartbeat struct {
 	BootID   string
 	Labels   []string // sorted, without duplicates
 	Draining bool
+	// Unhealthy is why the node's own checks fail ("" when they pass): the node quarantines
+	// itself with it, and lifts its own quarantine once it is gone.
+	Unhealthy string
 }
 
 // Report is a node's report of a step: POST /v1/runs/{run_id}/steps/{step_id}/result.

@@ -68,3 +68,87 @@ WITH o AS (
     SELECT * FROM counted UNION ALL SELECT * FROM reset
 ), history AS ({{health_history}})
 SELECT count(*) FROM health_changes c WHERE c.from_health <> c.to_health
+
+-- name: self_quarantine
+-- The node's agent says its own checks fail (@reason): it quarantines itself, or, quarantined by
+-- itself already, says why now. A quarantine of the system's or an admin's stays as it is: the
+-- node's say can neither soften nor take it over.
+/* health: self quarantine */
+WITH o AS (
+    SELECT node_id, health FROM nodes
+    WHERE node_id = @node_id::text
+      AND (health <> {{QUARANTINED}} OR quarantined_by = {{by_self}} AND health_reason IS DISTINCT FROM @reason::text)
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE nodes n SET health = {{QUARANTINED}}, quarantined_by = {{by_self}}, health_reason = @reason::text,
+        health_since = CASE WHEN o.health = {{QUARANTINED}} THEN n.health_since ELSE now() END
+    FROM o WHERE n.node_id = o.node_id
+    RETURNING n.*
+), health_changes AS (
+    SELECT m.node_id, o.health AS from_health, m.health AS to_health, m.health_reason, {{by_self}} AS by
+    FROM moved m JOIN o ON o.node_id = m.node_id
+), history AS ({{health_history}}
+)
+SELECT {{node_view v l}}, false
+FROM (SELECT * FROM moved UNION ALL SELECT * FROM nodes WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
+LEFT JOIN leases l ON l.node_id = v.node_id
+
+-- name: lift_quarantine
+-- Makes a node healthy again, its count reset: its agent lifting its own quarantine (@admin
+-- false: only a quarantine of its own), or an admin (@admin: any quarantine, and a suspect
+-- node's count). It answers whether a quarantine was lifted: then the node may be available
+-- again, and the caller wakes the queue.
+/* health: lift */
+WITH o AS (
+    SELECT node_id, health FROM nodes
+    WHERE node_id = @node_id::text AND (health <> {{HEALTHY}} OR infra_failures > 0)
+      AND (@admin::bool OR quarantined_by = {{by_self}})
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE nodes n SET health = {{HEALTHY}}, quarantined_by = NULL, health_reason = NULL, infra_failures = 0,
+        health_since = CASE WHEN o.health = {{HEALTHY}} THEN n.health_since ELSE now() END
+    FROM o WHERE n.node_id = o.node_id
+    RETURNING n.*
+), health_changes AS (
+    SELECT m.node_id, o.health AS from_health, m.health AS to_health, m.health_reason, @by::text AS by
+    FROM moved m JOIN o ON o.node_id = m.node_id
+), history AS ({{health_history}}
+)
+SELECT {{node_view v l}}, v.was = {{QUARANTINED}}
+FROM (SELECT m.*, o.health AS was FROM moved m JOIN o ON o.node_id = m.node_id
+      UNION ALL
+      SELECT x.*, x.health FROM nodes x WHERE x.node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
+LEFT JOIN leases l ON l.node_id = v.node_id
+
+-- name: admin_quarantine
+-- An admin quarantines a node (@by): it takes no new lease until an admin lifts it, whatever
+-- its agent says. A quarantine of the node's own or the system's becomes the admin's; an
+-- admin's stays as the first admin gave it.
+/* health: admin quarantine */
+WITH o AS (
+    SELECT node_id, health FROM nodes
+    WHERE node_id = @node_id::text AND (quarantined_by IS NULL OR quarantined_by NOT LIKE 'admin:%')
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE nodes n SET health = {{QUARANTINED}}, quarantined_by = @by::text, health_reason = @reason::text,
+        health_since = CASE WHEN o.health = {{QUARANTINED}} THEN n.health_since ELSE now() END
+    FROM o WHERE n.node_id = o.node_id
+    RETURNING n.*
+), health_changes AS (
+    SELECT m.node_id, o.health AS from_health, m.health AS to_health, m.health_reason, @by::text AS by
+    FROM moved m JOIN o ON o.node_id = m.node_id
+), history AS ({{health_history}}
+)
+SELECT {{node_view v l}}, false
+FROM (SELECT * FROM moved UNION ALL SELECT * FROM nodes WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
+LEFT JOIN leases l ON l.node_id = v.node_id
+
+-- name: node_history
+-- A node's recent history, newest first: its health changes and its leases.
+/* nodes: history */
+SELECT at, kind, from_state, to_state, reason, run_id FROM node_history
+WHERE node_id = $1 ORDER BY event_id DESC LIMIT $2
+
+-- name: get_node
+/* nodes: get */
+SELECT {{node_view n l}} FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id WHERE n.node_id = $1

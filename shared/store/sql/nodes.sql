@@ -31,9 +31,13 @@ WITH prev AS (
     SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[] AND draining = @draining::bool
       AND advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
 ), ins AS (
-    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
+    -- A node whose agent says at once that its checks fail is born quarantined by itself, so
+    -- that no wake places on it between its registration and its quarantine (selfQuarantine).
+    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at, health, quarantined_by, health_reason)
     SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
-           now() + @advert_ttl::float8 * interval '1 second', now()
+           now() + @advert_ttl::float8 * interval '1 second', now(),
+           CASE WHEN @unhealthy::text = '' THEN {{HEALTHY}} ELSE {{QUARANTINED}} END,
+           CASE WHEN @unhealthy::text <> '' THEN {{by_self}} END, nullif(@unhealthy::text, '')
     WHERE NOT EXISTS (SELECT 1 FROM prev)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
         health, health_reason, infra_failures, health_since, quarantined_by
