@@ -251,3 +251,19 @@ func TestConcurrentLossesAndReportsCountEachFailureOnce(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A node's history is kept as long as the runs: the reaper prunes what is older than
+// RUN_RETENTION_DAYS, but never a health change still to publish.
+func TestNodeHistoryIsPrunedWithRetention(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	place(env, "r1", "board")
+	fail(env, "A", "b1", "r1", wire.FailureInfra)
+	env.Exec(`UPDATE node_history SET at = now() - interval '31 days'`)
+	env.Exec(`INSERT INTO node_events_unpublished (event_id) SELECT event_id FROM node_history WHERE kind = 'health'`)
+	env.Reap()
+	if n := env.Count(`SELECT count(*) FROM node_history`); n != 1 {
+		t.Fatalf("%d lines of history left, want the unpublished health change alone", n)
+	}
+}
