@@ -34,6 +34,8 @@ type Config struct {
 	// MaxClientPriority is the highest priority a client may give its runs; above it only
 	// admins may (0 to 100).
 	MaxClientPriority int // MAX_CLIENT_PRIORITY
+	// QuarantineAfter is how many consecutive infrastructure failures quarantine a node.
+	QuarantineAfter int // NODE_QUARANTINE_AFTER
 	// Logs says where steps' logs are kept and how the agents upload them.
 	Logs Logs
 	// Auth says which callers are admins and nodes: the IAM roles (IAM_ADMIN_ROLE,
@@ -177,6 +179,7 @@ func Load(getenv func(string) string) (Config, error) {
 		EventBusName:      r.text("EVENT_BUS_NAME"),
 		RetentionDays:     r.integer("RUN_RETENTION_DAYS", 30, 0, 3650),
 		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
+		QuarantineAfter:   r.integer("NODE_QUARANTINE_AFTER", 3, 1, 1000),
 		Logs: Logs{
 			Bucket:          r.matching("LOG_BUCKET", bucketPattern, "an S3 bucket name: 3 to 63 lower-case letters, digits, dots or hyphens"),
 			MaxBytesPerStep: r.bytes("LOG_MAX_BYTES_PER_STEP", 256<<20, minLogBytes, maxLogBytes),

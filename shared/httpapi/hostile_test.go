@@ -37,7 +37,7 @@ type hostileCase struct {
 }
 
 // Tables a request could write to.
-var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs"}
+var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs", "node_history"}
 
 // snapshot is every table's row count and a digest of its rows: a hostile request that
 // changed a row without adding one (a heartbeat rewriting labels, a renewed lease) shows too.
@@ -207,6 +207,7 @@ func TestHostileCatalogue(t *testing.T) {
 		{"POST", "/v1/runs/held/steps/test/result"}, {"PUT", "/v1/nodes/A"}, {"DELETE", "/v1/nodes/A"},
 		{"GET", "/v1/nodes"}, {"GET", "/v1/leases"}, {"GET", "/v1/queue"},
 		{"POST", "/v1/runs/held/steps/flash/log-urls"}, {"GET", "/v1/runs/held/steps/flash/log"},
+		{"POST", "/v1/nodes/A/quarantine"}, {"DELETE", "/v1/nodes/A/quarantine"}, {"GET", "/v1/nodes/A"},
 	} {
 		add(hostileCase{name: "no principal: " + r.method + " " + r.target, who: apitest.Nobody, method: r.method, target: r.target, status: 401, code: "unauthenticated"})
 	}
@@ -565,6 +566,34 @@ func TestHostileCatalogue(t *testing.T) {
 	hb("duplicate boot_id, the second a restart", "boot_id", `{"boot_id":"a1","boot_id":"a2"}`)
 	hb("draining as a number", "draining", `{"boot_id":"a1","draining":1}`)
 	hb("a misspelt field", "lables", `{"boot_id":"a1","lables":["board=rpi4"]}`)
+	// A node's own health: a reason a person reads, or nothing at all.
+	hb("unhealthy without a reason", "unhealthy", `{"boot_id":"a1","unhealthy":""}`)
+	hb("unhealthy as true", "unhealthy", `{"boot_id":"a1","unhealthy":true}`)
+	hb("unhealthy with a newline, forging a line of the table", "unhealthy", `{"boot_id":"a1","unhealthy":"disk\nrpi-9 healthy"}`)
+	hb("unhealthy with an escape sequence", "unhealthy", `{"boot_id":"a1","unhealthy":"\u001b[2J"}`)
+	hb("unhealthy of 513 bytes", "unhealthy", `{"boot_id":"a1","unhealthy":"`+strings.Repeat("x", 513)+`"}`)
+
+	// --- Quarantine and a node's history: admins only, a reason a person reads.
+	quarantine := func(name, path, body string) {
+		add(hostileCase{name: "quarantine: " + name, who: apitest.Admin, method: "POST", target: "/v1/nodes/A/quarantine", body: body, status: 400, code: "invalid_request", path: path})
+	}
+	quarantine("a reason of 513 bytes", "reason", `{"reason":"`+strings.Repeat("x", 513)+`"}`)
+	quarantine("a reason with a carriage return", "reason", `{"reason":"usb\rhealthy"}`)
+	quarantine("a reason that is a number", "reason", `{"reason":7}`)
+	quarantine("a misspelt field", "raeson", `{"raeson":"usb"}`)
+	quarantine("a node id that is SQL", "node_id", `{"reason":"usb"}`)
+	cases[len(cases)-1].tamper = withPathParam("node_id", "A' OR '1'='1")
+	add(
+		hostileCase{name: "quarantine: a client", who: alice, method: "POST", target: "/v1/nodes/A/quarantine", body: `{"reason":"mine"}`, status: 403, code: "forbidden"},
+		hostileCase{name: "quarantine: a node, of itself", who: nodeA, method: "POST", target: "/v1/nodes/A/quarantine", body: `{"reason":"mine"}`, status: 403, code: "forbidden"},
+		hostileCase{name: "unquarantine: a node, of itself", who: nodeA, method: "DELETE", target: "/v1/nodes/A/quarantine", status: 403, code: "forbidden"},
+		hostileCase{name: "unquarantine: a client", who: bob, method: "DELETE", target: "/v1/nodes/A/quarantine", status: 403, code: "forbidden"},
+		hostileCase{name: "quarantine: a node not in the fleet", who: apitest.Admin, method: "POST", target: "/v1/nodes/nope/quarantine", body: `{"reason":"x"}`, status: 404, code: "not_found"},
+		hostileCase{name: "unquarantine: a node not in the fleet", who: apitest.Admin, method: "DELETE", target: "/v1/nodes/nope/quarantine", status: 404, code: "not_found"},
+		hostileCase{name: "a node's history: a client", who: alice, method: "GET", target: "/v1/nodes/A", status: 403, code: "forbidden"},
+		hostileCase{name: "a node's history: the node itself", who: nodeA, method: "GET", target: "/v1/nodes/A", status: 403, code: "forbidden"},
+		hostileCase{name: "a node's history: a node not in the fleet", who: apitest.Admin, method: "GET", target: "/v1/nodes/nope", status: 404, code: "not_found"},
+	)
 
 	// --- Result: the assigned node, with bodies that are not a report.
 	res := func(name, path, body string, status int, code string) {
@@ -572,6 +601,9 @@ func TestHostileCatalogue(t *testing.T) {
 	}
 	ok := fmt.Sprintf(`"node_id":"A","boot_id":"a1","epoch":%d`, epochA)
 	res("no epoch", "epoch", `{"node_id":"A","boot_id":"a1","status":"succeeded"}`, 400, "invalid_request")
+	res("a failure of an unknown kind", "failure", `{`+ok+`,"status":"failed","failure":"hardware"}`, 400, "invalid_request")
+	res("a failure that is not a string", "failure", `{`+ok+`,"status":"failed","failure":1}`, 400, "invalid_request")
+	res("a failure on a succeeded report", "failure", `{`+ok+`,"status":"succeeded","failure":"infra"}`, 400, "invalid_request")
 	res("epoch 0", "epoch", `{"node_id":"A","boot_id":"a1","epoch":0,"status":"succeeded"}`, 400, "invalid_request")
 	res("epoch negative", "epoch", `{"node_id":"A","boot_id":"a1","epoch":-1,"status":"succeeded"}`, 400, "invalid_request")
 	res("epoch past int64", "epoch", `{"node_id":"A","boot_id":"a1","epoch":9223372036854775808,"status":"succeeded"}`, 400, "invalid_request")

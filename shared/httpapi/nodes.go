@@ -13,10 +13,12 @@ import (
 // Nodes serves the node routes: the heartbeat, removal from the fleet, and an admin's drain.
 func Nodes(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
-		"PUT /v1/nodes/{node_id}":          {serve: heartbeat},
-		"DELETE /v1/nodes/{node_id}":       {serve: removeNode},
-		"POST /v1/nodes/{node_id}/drain":   {serve: drainNode},
-		"DELETE /v1/nodes/{node_id}/drain": {serve: undrainNode},
+		"PUT /v1/nodes/{node_id}":               {serve: heartbeat},
+		"DELETE /v1/nodes/{node_id}":            {serve: removeNode},
+		"POST /v1/nodes/{node_id}/drain":        {serve: drainNode},
+		"DELETE /v1/nodes/{node_id}/drain":      {serve: undrainNode},
+		"POST /v1/nodes/{node_id}/quarantine":   {serve: quarantineNode},
+		"DELETE /v1/nodes/{node_id}/quarantine": {serve: unquarantineNode},
 	})
 }
 
@@ -97,6 +99,49 @@ func undrainNode(c *call) (reply, error) {
 		return reply{}, err
 	}
 	res, err := c.d.Store.UndrainNode(c.ctx, nodeID)
+	if err != nil {
+		return reply{}, err
+	}
+	c.afterCommit(nil, res.CapacityAppeared, store.WakeParams{Prefer: []string{nodeID}})
+	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
+}
+
+// quarantineNode takes a node out of scheduling for its health (admin): it finishes what it
+// holds, takes no new lease, and only an admin lifts it. No wake: it makes no room.
+func quarantineNode(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	reason, errs := request.Quarantine(body)
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	n, err := c.d.Store.QuarantineNode(c.ctx, nodeID, c.who.Owner(), reason)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"node": n}}, nil
+}
+
+// unquarantineNode lifts any quarantine (admin): the node is healthy again, its count reset,
+// and a node available again wakes the queue, as an undrain does.
+func unquarantineNode(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return reply{}, err
+	}
+	res, err := c.d.Store.LiftQuarantine(c.ctx, nodeID, c.who.Owner())
 	if err != nil {
 		return reply{}, err
 	}

@@ -20,13 +20,14 @@ import (
 // the OpenAPI document.
 func Query(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
-		"GET /healthz":          {public: true, serve: healthz},
-		"GET /v1/openapi.json":  {public: true, serve: openapiDoc},
-		"GET /v1/runs/{run_id}": {query: []string{"owner"}, serve: getRun},
-		"GET /v1/runs":          {query: []string{"state", "priority", "limit", "after"}, serve: listRuns},
-		"GET /v1/queue":         {serve: queue},
-		"GET /v1/nodes":         {serve: listNodes},
-		"GET /v1/leases":        {serve: listLeases},
+		"GET /healthz":                              {public: true, serve: healthz},
+		"GET /v1/openapi.json":                      {public: true, serve: openapiDoc},
+		"GET /v1/runs/{run_id}":                     {query: []string{"owner"}, serve: getRun},
+		"GET /v1/runs":                              {query: []string{"state", "priority", "limit", "after"}, serve: listRuns},
+		"GET /v1/queue":                             {serve: queue},
+		"GET /v1/nodes":                             {serve: listNodes},
+		"GET /v1/nodes/{node_id}":                   {serve: getNode},
+		"GET /v1/leases":                            {serve: listLeases},
 		"GET /v1/runs/{run_id}/steps/{step_id}/log": {query: []string{"attempt", "owner", "from"}, serve: stepLog},
 	})
 }
@@ -177,6 +178,22 @@ func listNodes(c *call) (reply, error) {
 		return reply{}, err
 	}
 	return reply{http.StatusOK, map[string]any{"nodes": nodes}}, nil
+}
+
+// getNode is one node with its recent health changes and leases, newest first (admin).
+func getNode(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	nodeID, err := c.pathID("node_id")
+	if err != nil {
+		return reply{}, err
+	}
+	d, err := c.d.Store.GetNode(c.ctx, nodeID)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, d}, nil
 }
 
 func listLeases(c *call) (reply, error) {

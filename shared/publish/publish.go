@@ -25,7 +25,22 @@ import (
 const (
 	Source     = "mediator"
 	DetailType = "Run State Changed"
+	// NodeDetailType is a node's change of health: node_health_changed.
+	NodeDetailType = "Node Health Changed"
 )
+
+// NodeDetail is a node event's detail: its health went from one state to another, by whom
+// (self, system, admin:<id>) and why.
+type NodeDetail struct {
+	EventID int64     `json:"event_id"`
+	Kind    string    `json:"kind"` // node_health_changed
+	NodeID  string    `json:"node_id"`
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	Reason  *string   `json:"reason"`
+	By      string    `json:"by"`
+	At      time.Time `json:"at"`
+}
 
 // Detail is an event's detail.
 type Detail struct {
@@ -99,10 +114,43 @@ func (p *Publisher) Stale(ctx context.Context) (int, error) {
 			return sent, nil
 		}
 		events, err := p.store.ClaimStaleEvents(ctx, staleAfter, maxClaim)
+		if err != nil {
+			return sent, err
+		}
+		if len(events) == 0 {
+			n, err := p.staleNodes(ctx)
+			return sent + n, err
+		}
+		n, err := p.send(ctx, events)
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+	}
+}
+
+// staleNodes publishes the node events left unpublished (every one a handler or the reaper
+// wrote, a reap later: only the reaper sends node events), in batches while the deadline allows.
+func (p *Publisher) staleNodes(ctx context.Context) (int, error) {
+	sent := 0
+	for {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < reapMargin {
+			return sent, nil
+		}
+		events, err := p.store.ClaimNodeEvents(ctx, maxClaim)
 		if err != nil || len(events) == 0 {
 			return sent, err
 		}
-		n, err := p.send(ctx, events)
+		entries := make([]outgoing, len(events))
+		for i, e := range events {
+			detail, err := json.Marshal(NodeDetail{EventID: e.EventID, Kind: "node_health_changed", NodeID: e.NodeID,
+				From: e.From, To: e.To, Reason: e.Reason, By: e.By, At: e.At})
+			if err != nil {
+				return sent, err
+			}
+			entries[i] = outgoing{e.EventID, p.entry(NodeDetailType, detail, e.At)}
+		}
+		n, err := p.sendAll(ctx, entries, p.store.MarkNodeEventsPublished)
 		sent += n
 		if err != nil {
 			return sent, err
@@ -113,22 +161,59 @@ func (p *Publisher) Stale(ctx context.Context) (int, error) {
 // entriesPerCall is PutEvents' limit.
 const entriesPerCall = 10
 
-// send publishes events in calls of up to ten, resending the entries EventBridge refused
-// (FailedEntryCount: throttled, an internal failure) with backoff while ctx allows, and clears
-// the mark of every accepted one. It says how many were accepted.
+// outgoing is one entry to send, by the id of the event its outbox clears once it is accepted.
+type outgoing struct {
+	id    int64
+	entry types.PutEventsRequestEntry
+}
+
+// runEntries are run events as EventBridge entries.
+func (p *Publisher) runEntries(events []store.OutboundEvent) ([]outgoing, error) {
+	out := make([]outgoing, len(events))
+	for i, e := range events {
+		detail, err := json.Marshal(Detail{EventID: e.EventID, Seq: e.Seq, RunID: e.RunID, Owner: e.Owner, RunKey: e.RunKey,
+			Kind: e.Kind, From: e.From, To: e.To, Reason: e.Reason, Attempt: e.Attempt, At: e.At,
+			NodeID: e.NodeID, Assigned: e.Assigned})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = outgoing{e.EventID, p.entry(DetailType, detail, e.At)}
+	}
+	return out, nil
+}
+
+func (p *Publisher) entry(detailType string, detail []byte, at time.Time) types.PutEventsRequestEntry {
+	return types.PutEventsRequestEntry{
+		EventBusName: aws.String(p.bus), Source: aws.String(Source), DetailType: aws.String(detailType),
+		Detail: aws.String(string(detail)), Time: aws.Time(at),
+	}
+}
+
+// send publishes run events; see sendAll.
 func (p *Publisher) send(ctx context.Context, events []store.OutboundEvent) (int, error) {
+	entries, err := p.runEntries(events)
+	if err != nil {
+		return 0, err
+	}
+	return p.sendAll(ctx, entries, p.store.MarkPublished)
+}
+
+// sendAll publishes entries in calls of up to ten, resending the entries EventBridge refused
+// (FailedEntryCount: throttled, an internal failure) with backoff while ctx allows, and clears
+// the mark of every accepted one (mark). It says how many were accepted.
+func (p *Publisher) sendAll(ctx context.Context, entries []outgoing, mark func(context.Context, []int64) error) (int, error) {
 	accepted := 0
-	for len(events) > 0 {
-		n := min(entriesPerCall, len(events))
-		ok, err := p.put(ctx, events[:n])
-		if markErr := p.store.MarkPublished(context.WithoutCancel(ctx), ok); markErr != nil && err == nil {
+	for len(entries) > 0 {
+		n := min(entriesPerCall, len(entries))
+		ok, err := p.put(ctx, entries[:n])
+		if markErr := mark(context.WithoutCancel(ctx), ok); markErr != nil && err == nil {
 			err = markErr
 		}
 		accepted += len(ok)
 		if err != nil {
 			return accepted, err
 		}
-		events = events[n:]
+		entries = entries[n:]
 	}
 	return accepted, nil
 }
@@ -136,30 +221,21 @@ func (p *Publisher) send(ctx context.Context, events []store.OutboundEvent) (int
 // putTries bounds the calls for one batch: past them, the reaper's next sweep tries again.
 const putTries = 5
 
-// put sends one call's worth of events until each is accepted, ctx ends or putTries calls
+// put sends one call's worth of entries until each is accepted, ctx ends or putTries calls
 // were made; it answers the ids of those accepted.
-func (p *Publisher) put(ctx context.Context, events []store.OutboundEvent) ([]int64, error) {
+func (p *Publisher) put(ctx context.Context, events []outgoing) ([]int64, error) {
 	var ok []int64
 	for try := 1; ; try++ {
 		entries := make([]types.PutEventsRequestEntry, len(events))
 		for i, e := range events {
-			detail, err := json.Marshal(Detail{EventID: e.EventID, Seq: e.Seq, RunID: e.RunID, Owner: e.Owner, RunKey: e.RunKey,
-				Kind: e.Kind, From: e.From, To: e.To, Reason: e.Reason, Attempt: e.Attempt, At: e.At,
-				NodeID: e.NodeID, Assigned: e.Assigned})
-			if err != nil {
-				return ok, err
-			}
-			entries[i] = types.PutEventsRequestEntry{
-				EventBusName: aws.String(p.bus), Source: aws.String(Source), DetailType: aws.String(DetailType),
-				Detail: aws.String(string(detail)), Time: aws.Time(e.At),
-			}
+			entries[i] = e.entry
 		}
 		out, err := p.api.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: entries})
-		var refused []store.OutboundEvent
+		var refused []outgoing
 		if err == nil {
 			for i, r := range out.Entries {
 				if r.EventId != nil && r.ErrorCode == nil {
-					ok = append(ok, events[i].EventID)
+					ok = append(ok, events[i].id)
 				} else {
 					refused = append(refused, events[i])
 				}
@@ -174,20 +250,20 @@ func (p *Publisher) put(ctx context.Context, events []store.OutboundEvent) ([]in
 		}
 		if try == putTries || !sleep(ctx, backoff(try)) {
 			if err == nil {
-				err = fmt.Errorf("publish: %d entries refused (%s)", len(refused), code(out, refused))
+				err = fmt.Errorf("publish: %d entries refused (%s)", len(refused), code(out, len(refused)))
 			}
 			return ok, err
 		}
 	}
 }
 
-func code(out *eventbridge.PutEventsOutput, refused []store.OutboundEvent) string {
+func code(out *eventbridge.PutEventsOutput, refused int) string {
 	for _, r := range out.Entries {
 		if r.ErrorCode != nil {
 			return *r.ErrorCode
 		}
 	}
-	return fmt.Sprintf("%d without an answer", len(refused))
+	return fmt.Sprintf("%d without an answer", refused)
 }
 
 // backoff is the wait before try+1: exponential from 50 ms, full jitter, at most 2 s.

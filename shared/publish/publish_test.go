@@ -206,3 +206,39 @@ func TestTheReaperPublishesWhatAHandlerLeft(t *testing.T) {
 	}
 	sameEvents(t, env, bus)
 }
+
+// A node's change of health goes out through the same outbox, as node_health_changed: once,
+// with who moved it and why, sent by the reaper.
+func TestANodesHealthChangeIsPublishedOnce(t *testing.T) {
+	t.Parallel()
+	env, bus := setup(t)
+	env.Beat("A", "b1", false, "board")
+	if resp := env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "usb hub"}); resp.Status != 200 {
+		t.Fatal(resp)
+	}
+	if n := env.Count(`SELECT count(*) FROM node_events_unpublished`); n != 1 {
+		t.Fatalf("%d node events marked, want 1", n)
+	}
+	if sum := env.Reap(); sum.Published != 1 {
+		t.Fatalf("the reaper published %d node events, want 1", sum.Published)
+	}
+	env.Reap()
+	var got []publish.NodeDetail
+	for _, e := range bus.Accepted() {
+		if e.DetailType != publish.NodeDetailType || e.Source != publish.Source {
+			t.Fatalf("an entry not as rules match it: %+v", e)
+		}
+		var d publish.NodeDetail
+		if err := json.Unmarshal([]byte(e.Detail), &d); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d)
+	}
+	if len(got) != 1 || got[0].Kind != "node_health_changed" || got[0].NodeID != "A" || got[0].From != wire.HealthHealthy ||
+		got[0].To != wire.HealthQuarantined || got[0].By != "admin:ops" || got[0].Reason == nil || *got[0].Reason != "usb hub" {
+		t.Fatalf("published: %+v", got)
+	}
+	if n := env.Count(`SELECT count(*) FROM node_events_unpublished`); n != 0 {
+		t.Fatalf("%d node events still marked", n)
+	}
+}

@@ -1,6 +1,9 @@
 package request
 
 import (
+	"fmt"
+	"unicode"
+
 	"mediator/shared/problem"
 	"mediator/shared/wire"
 )
@@ -23,9 +26,50 @@ func Heartbeat(nodeID string, body []byte) (wire.Heartbeat, []problem.FieldError
 		o.fail("labels", "must be an array of labels (send [] for none)")
 	}
 	p.Draining = o.boolean("draining")
+	p.Unhealthy = reasonText(o, "unhealthy", wire.MaxUnhealthyBytes)
+	if _, present := o.m["unhealthy"]; present && p.Unhealthy == "" && len(errs) == 0 {
+		// "" would read as "healthy" to one reader and "unhealthy, no reason" to another.
+		o.fail("unhealthy", "must be a reason, or absent when the node's checks pass")
+	}
 	o.done()
 	if len(errs) > 0 {
 		return wire.Heartbeat{}, errs
 	}
 	return p, nil
+}
+
+// Quarantine decodes POST /v1/nodes/{node_id}/quarantine: {"reason"}, optional (an empty body
+// is a quarantine without one).
+func Quarantine(body []byte) (string, []problem.FieldError) {
+	if len(body) == 0 {
+		return "", nil
+	}
+	var errs []problem.FieldError
+	o := root(body, &errs)
+	if o == nil {
+		return "", errs
+	}
+	reason := reasonText(o, "reason", wire.MaxUnhealthyBytes)
+	o.done()
+	return reason, errs
+}
+
+// reasonText reads a reason a person reads in a node's view: a string of at most limit bytes
+// with no control characters, which would let it forge lines of a terminal's table.
+func reasonText(o *object, key string, limit int) string {
+	s, ok := o.str(key, false)
+	if !ok {
+		return ""
+	}
+	if len(s) > limit {
+		o.fail(key, fmt.Sprintf("must be at most %d bytes", limit))
+		return ""
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			o.fail(key, "must be printable text: no control characters")
+			return ""
+		}
+	}
+	return s
 }

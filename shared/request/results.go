@@ -35,6 +35,7 @@ func Result(runID, stepID string, body []byte) (wire.Report, *problem.Problem) {
 	p.Output, tooLarge = boundedText(o, "output", wire.MaxOutputBytes, tooLarge)
 	p.Outputs, tooLarge = outputs(o, p.Status, tooLarge)
 	p.Log = logSummary(o, p.Status)
+	p.Failure = failure(o, p.Status)
 	o.done()
 	if len(errs) > 0 {
 		return wire.Report{}, problem.Invalid(errs)
@@ -43,6 +44,27 @@ func Result(runID, stepID string, body []byte) (wire.Report, *problem.Problem) {
 		return wire.Report{}, tooLarge
 	}
 	return p, nil
+}
+
+// failure reads a failed report's failure: "test", the default, or "infra" — the machine could
+// not run the step, which counts against the node. Only a failed report says either.
+func failure(o *object, status string) string {
+	f, ok := o.str("failure", false)
+	if !ok {
+		if status == wire.ReportFailed {
+			return wire.FailureTest
+		}
+		return ""
+	}
+	switch {
+	case f != wire.FailureTest && f != wire.FailureInfra:
+		o.fail("failure", "must be one of test, infra")
+	case status != "" && status != wire.ReportFailed:
+		o.fail("failure", "only a failed report says what failed")
+	default:
+		return f
+	}
+	return ""
 }
 
 // exitCode reads a report's exit_code, which its status decides: a succeeded step exited 0, a

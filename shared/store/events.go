@@ -68,3 +68,34 @@ func (s *Store) MarkPublished(ctx context.Context, eventIDs []int64) error {
 	_, err := markPublishedStmt.exec(ctx, s.pool, eventIDs)
 	return err
 }
+
+var (
+	claimNodeEventsStmt         = stmt("claim_node_events")
+	markNodeEventsPublishedStmt = stmt("mark_node_events_published")
+)
+
+// OutboundNodeEvent is a node's change of health (node_history, kind health), as it is published.
+type OutboundNodeEvent struct {
+	EventID int64
+	NodeID  string
+	From    string
+	To      string
+	Reason  *string
+	By      string
+	At      time.Time
+}
+
+// ClaimNodeEvents claims up to limit unpublished node events, oldest first.
+func (s *Store) ClaimNodeEvents(ctx context.Context, limit int) ([]OutboundNodeEvent, error) {
+	return collect(ctx, s.pool, claimNodeEventsStmt, pgx.RowToStructByPos[OutboundNodeEvent],
+		named{"limit": limit, "claim_for": claimFor.Seconds()})
+}
+
+// MarkNodeEventsPublished clears the mark of node events EventBridge accepted.
+func (s *Store) MarkNodeEventsPublished(ctx context.Context, eventIDs []int64) error {
+	if len(eventIDs) == 0 {
+		return nil
+	}
+	_, err := markNodeEventsPublishedStmt.exec(ctx, s.pool, eventIDs)
+	return err
+}

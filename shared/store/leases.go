@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"mediator/shared/wire"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,6 +30,7 @@ var (
 	loseLockRunStmt           = stmt("lose_lock_run")
 	loseLockRunSkipLockedStmt = stmt("lose_lock_run_skip_locked")
 	loseLeaseStmt             = stmt("lose_lease")
+	loseLockNodeStmt          = stmt("lose_lock_node")
 )
 
 // loseLease makes a run lose one of its nodes, if the lease is still the one the decision
@@ -47,9 +49,14 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost los
 		return lostRun{}, err
 	}
 	var n, others int
+	// An expiry or a restart counts against the node that lost the lease (health.sql); a removal
+	// takes the node out of the fleet, and there is nothing left to count against.
+	blame := l.Reason == wire.ReasonLeaseExpired || l.Reason == wire.ReasonNodeRestarted
 	err = loseLeaseStmt.queryRow(ctx, tx, named{
 		"node_id": l.NodeID, "epoch": l.Epoch, "reason": l.Reason,
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
+		"blame": blame, "lease_ttl": s.set.LeaseTTL.Seconds(), "quarantine_after": s.set.quarantineAfter(),
+		"health_message": "the node lost run " + lost.runID + " (" + l.Reason + ")",
 	}).Scan(&n, &others)
 	lost.lost, lost.released = n == 1, n+others
 	return lost, err

@@ -75,7 +75,7 @@ const renewSlack = time.Second
 // simply tried again: the next try sees what the other writer committed.
 func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResult, error) {
 	args := named{
-		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining,
+		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining, "unhealthy": p.Unhealthy,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
 	}
 	var err error
@@ -85,6 +85,9 @@ func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResul
 		res, restarted, err = scanHeartbeat(heartbeatStmt.queryRow(ctx, s.pool, args))
 		if err == nil && restarted {
 			res, err = s.heartbeatAfterRestart(ctx, p, args)
+		}
+		if err == nil {
+			err = s.heartbeatHealth(ctx, p, &res)
 		}
 		if !errors.Is(err, ErrRetry) && !errors.Is(err, ErrNodeChanged) {
 			return res, err
@@ -148,8 +151,10 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		bootID    *string
 		draining  *bool
 		drainBy   *string
+		health    healthScan
 	)
 	if err := row.Scan(&restarted, &changed, &nodeID, &state, &labels, &bootID, &draining, &drainBy, &lastSeen,
+		&health.health, &health.reason, &health.failures, &health.since, &health.by, &health.due,
 		&runID, &epoch, &expiresAt, &res.Steps); err != nil {
 		return res, false, err
 	}
@@ -163,12 +168,37 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 	}
 	res.Node = Node{NodeID: *nodeID, State: *state, Labels: labels, BootID: *bootID, Draining: *draining,
 		DrainRequestedBy: drainBy, LastSeenAt: *lastSeen}
+	health.into(&res.Node)
 	if runID != nil {
 		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
 	}
 	// Capacity appeared only if the node is now available to the queue.
-	res.CapacityAppeared = changed && res.Node.State == wire.NodeIdle
+	res.CapacityAppeared = changed && takesWork(res.Node)
 	return res, false, nil
+}
+
+// healthScan is a node's health as a statement that may find no node answers it (NULLs).
+type healthScan struct {
+	health   *string
+	reason   *string
+	failures *int
+	since    *time.Time
+	by       *string
+	due      *bool
+}
+
+func (h healthScan) into(n *Node) {
+	if h.health == nil {
+		return
+	}
+	n.Health, n.HealthReason, n.InfraFailures, n.HealthSince, n.QuarantinedBy, n.HealthCheckDue =
+		*h.health, h.reason, *h.failures, *h.since, h.by, *h.due
+}
+
+// takesWork: the queue may place on the node now, as its view says (rules.sql takes_work, and
+// no lease): idle, and not quarantined.
+func takesWork(n Node) bool {
+	return n.State == wire.NodeIdle && n.Health != wire.HealthQuarantined
 }
 
 // ListNodes is the whole fleet with each node's state (GET /v1/nodes).
@@ -200,11 +230,12 @@ func (s *Store) UndrainNode(ctx context.Context, nodeID string) (UndrainResult, 
 	var n Node
 	var lifted *bool
 	err := undrainNodeStmt.queryRow(ctx, s.pool, named{"node_id": nodeID}).Scan(
-		&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining, &n.DrainRequestedBy, &n.LastSeenAt, &lifted)
+		&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining, &n.DrainRequestedBy, &n.LastSeenAt,
+		&n.Health, &n.HealthReason, &n.InfraFailures, &n.HealthSince, &n.QuarantinedBy, &n.HealthCheckDue, &lifted)
 	if err != nil {
 		return UndrainResult{}, err
 	}
-	return UndrainResult{Node: n, CapacityAppeared: lifted != nil && *lifted && n.State == wire.NodeIdle}, nil
+	return UndrainResult{Node: n, CapacityAppeared: lifted != nil && *lifted && takesWork(n)}, nil
 }
 
 // AvailableNode is a node the queue may be placed on now.

@@ -90,7 +90,7 @@ func capacityFor(needs [][]string, fleet []Node) (capable, available int, placea
 		for _, r := range roles {
 			if match.Satisfies(n.Labels, r.Needs) {
 				capable++
-				if n.State == wire.NodeIdle {
+				if takesWork(n) {
 					available++
 					free = append(free, match.Node{ID: n.NodeID, Labels: n.Labels, Available: true})
 				}

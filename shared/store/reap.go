@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"mediator/shared/wire"
 	"time"
 
@@ -99,6 +100,9 @@ func (s *Store) Reap(ctx context.Context, p ReapParams) (ReapSummary, error) {
 	if err := s.prune(ctx, p, &sum); err != nil {
 		return sum, err
 	}
+	if err := s.pruneNodeHistory(ctx); err != nil {
+		return sum, err
+	}
 	_, err = foldQueueCountsStmt.exec(ctx, s.pool)
 	return sum, err
 }
@@ -154,6 +158,24 @@ func (s *Store) prune(ctx context.Context, p ReapParams, sum *ReapSummary) error
 		}
 	}
 	sum.Unfinished = true
+	return nil
+}
+
+var pruneNodeHistoryStmt = stmt("prune_node_history")
+
+// pruneNodeHistory deletes the lines of nodes' histories older than RUN_RETENTION_DAYS, a
+// batch per statement, until none is due or the deadline nears: a node's history is read a few
+// dozen lines at a time, and kept as long as the runs it names.
+func (s *Store) pruneNodeHistory(ctx context.Context) error {
+	if s.set.RetentionDays <= 0 {
+		return nil
+	}
+	for inTime(ctx) {
+		tag, err := pruneNodeHistoryStmt.exec(ctx, s.pool, named{"days": s.set.RetentionDays, "batch": pruneBatch})
+		if err != nil || tag.RowsAffected() < pruneBatch {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -266,6 +288,14 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 // reapLease is one expired lease's transaction.
 func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
 	o, err := inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
+		// The node first (lock.go): the loss counts against it. A node another writer holds
+		// (a restart, a report on it) is left to them, or to the next reap.
+		if err := loseLockNodeStmt.queryRow(ctx, tx, l.NodeID).Scan(new(int)); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return lostRun{}, nil
+			}
+			return lostRun{}, err
+		}
 		return s.loseLease(ctx, tx, lostLease{
 			leaseRef: l, Reason: wire.ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
 		})

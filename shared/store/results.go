@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"mediator/shared/wire"
 	"slices"
 
@@ -31,6 +32,8 @@ type ReportResult struct {
 	Log *LogTarget
 	// freesReporter: the write releases the reporter's own lease.
 	freesReporter bool
+	// health: the write may change the node's health (reportsHealth).
+	health *string
 }
 
 // reportStep is a step as the report path reads it.
@@ -50,6 +53,9 @@ var (
 	reportStepStmt  = stmt("report_step")
 	reportWriteStmt = stmt("report_write")
 	reportNextStmt  = stmt("report_next")
+
+	reportLockNodeStmt = stmt("report_lock_node")
+	reportHealthStmt   = stmt("report_health")
 )
 
 // Report applies a node's report on one step, all in one transaction: the step, the
@@ -61,16 +67,59 @@ func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error)
 		var lr lockedRun
 		var res ReportResult
 		return pipelined[ReportResult]{
-			read: func(b *pgx.Batch) { queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr) },
+			read: func(b *pgx.Batch) {
+				if health := reportsHealth(p); health != nil {
+					// The node before the run (lock.go): the report may change its health.
+					b.Queue(reportLockNodeStmt.sql, p.NodeID, *health == wire.FailureInfra)
+				}
+				queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr)
+			},
 			write: func(b *pgx.Batch) error {
-				if err := planReport(lr, p, b, &res); err != nil || !res.freesReporter {
+				if err := planReport(lr, p, b, &res); err != nil {
 					return err
+				}
+				if res.health != nil {
+					s.queueReportHealth(b, p, res.StepState, *res.health == wire.FailureInfra)
+				}
+				if !res.freesReporter {
+					return nil
 				}
 				s.queueReportRead(b, p.NodeID, &res)
 				return nil
 			},
 			result: func() ReportResult { return res },
 		}
+	})
+}
+
+// reportsHealth says what a report may do to its node's health: count an infrastructure
+// failure (FailureInfra), reset the count after a success (""), or nothing (nil). A test
+// failure never counts.
+func reportsHealth(p wire.Report) *string {
+	switch {
+	case p.Status == wire.ReportFailed && p.Failure == wire.FailureInfra:
+		return &p.Failure
+	case p.Status == wire.ReportSucceeded:
+		none := ""
+		return &none
+	}
+	return nil
+}
+
+// queueReportHealth writes what the report does to its node's health, in the report's
+// transaction, only if its step was written as decided (report_health).
+func (s *Store) queueReportHealth(b *pgx.Batch, p wire.Report, state string, infra bool) {
+	msg := "exit code unknown"
+	if p.ExitCode != nil {
+		msg = fmt.Sprintf("exit code %d", *p.ExitCode)
+	}
+	if p.Message != nil && *p.Message != "" {
+		msg = *p.Message
+	}
+	reportHealthStmt.queue(b, func(row pgx.Row) error { return row.Scan(new(int)) }, named{
+		"health_node": p.NodeID, "run_id": p.RunID, "step_id": p.StepID, "state": state, "epoch": p.Epoch,
+		"infra": infra, "quarantine_after": s.set.quarantineAfter(),
+		"health_message": fmt.Sprintf("step %s of run %s: %s", p.StepID, p.RunID, msg),
 	})
 }
 
@@ -137,6 +186,7 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 		write = reportStepStmt
 	}
 	res.freesReporter = d.settle != "" || slices.Contains(d.release, st.Role)
+	res.health = reportsHealth(p)
 	next := d.next(st.Role)
 	write.queue(b, func(row pgx.Row) error {
 		var wrote int

@@ -117,7 +117,7 @@ func scanRun(row pgx.Row) (Run, error) {
 	var position *int
 	if err := row.Scan(&r.RunID, &r.key, &r.owner, &r.State, &r.Reason, &r.Priority, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
 		&r.StartedAt, &r.FinishedAt, &r.CancelRequestedAt, &r.CancelReason, &r.TimeoutSeconds,
-		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &roles, &r.Steps, &position); err != nil {
+		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &r.Kind, &roles, &r.Steps, &position); err != nil {
 		return Run{}, err
 	}
 	r.Roles = map[string]Role{}

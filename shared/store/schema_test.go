@@ -105,6 +105,24 @@ func TestConstraintsHaveNames(t *testing.T) {
 		{"a log of no step", stepLog(`'r1', 'nope', 1, 'FAILED', 0, repeat('a', 64), true`), "step_logs_step_fkey", store.ErrInvariant},
 		{"a log twice", stepLog(`'r1', 's1', 1, 'FAILED', 0, repeat('a', 64), true), ('r1', 's1', 1, 'FAILED', 1, repeat('b', 64), false`),
 			"step_logs_pkey", store.ErrInvariant},
+		// A node's health (migration 0015).
+		{"an unknown health", `UPDATE nodes SET health = 'poorly' WHERE node_id = 'n1'`, "nodes_health_state", store.ErrInvariant},
+		{"a negative count", `UPDATE nodes SET infra_failures = -1 WHERE node_id = 'n1'`, "nodes_infra_failures_not_negative", store.ErrInvariant},
+		{"quarantined by nobody", `UPDATE nodes SET health = 'quarantined' WHERE node_id = 'n1'`,
+			"nodes_quarantined_by_iff_quarantined", store.ErrInvariant},
+		{"a healthy node quarantined by someone", `UPDATE nodes SET quarantined_by = 'system' WHERE node_id = 'n1'`,
+			"nodes_quarantined_by_iff_quarantined", store.ErrInvariant},
+		{"quarantined by a stranger", `UPDATE nodes SET health = 'quarantined', quarantined_by = 'client:x' WHERE node_id = 'n1'`,
+			"nodes_quarantined_by_format", store.ErrInvariant},
+		{"a reason past its bound", `UPDATE nodes SET health_reason = repeat('x', 1025) WHERE node_id = 'n1'`,
+			"nodes_health_reason_bounded", store.ErrInvariant},
+		{"a health change to itself", `INSERT INTO node_history (node_id, kind, from_state, to_state, by)
+			VALUES ('n1', 'health', 'healthy', 'healthy', 'system')`, "node_history_health_states", store.ErrInvariant},
+		{"a lease line of no run", `INSERT INTO node_history (node_id, kind, to_state) VALUES ('n1', 'lease', 'leased')`,
+			"node_history_lease_states", store.ErrInvariant},
+		{"an unknown history line", `INSERT INTO node_history (node_id, kind, to_state) VALUES ('n1', 'mood', 'x')`,
+			"node_history_kind", store.ErrInvariant},
+		{"an unknown run kind", `UPDATE runs SET kind = 'hold' WHERE run_id = 'q1'`, "runs_kind_known", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,6 +47,8 @@ var sqlConstants = map[string]string{
 	"QUEUED": quote(wire.Queued), "RUNNING": quote(wire.Running), "SUCCEEDED": quote(wire.Succeeded),
 	"FAILED": quote(wire.Failed), "CANCELLED": quote(wire.Cancelled), "PENDING": quote(wire.Pending), "SKIPPED": quote(wire.Skipped),
 	"IDLE": quote(wire.NodeIdle), "LEASED": quote(wire.NodeLeased), "DRAINING": quote(wire.NodeDraining), "OFFLINE": quote(wire.NodeOffline),
+	"HEALTHY": quote(wire.HealthHealthy), "SUSPECT": quote(wire.HealthSuspect), "QUARANTINED": quote(wire.HealthQuarantined),
+	"by_system": quote(wire.QuarantinedBySystem), "by_self": quote(wire.QuarantinedBySelf),
 	"FINAL_RUN_STATES": quoteAll(wire.FinalRunStates), "reason_cancelled": quote(wire.ReasonCancelled),
 	"walkFree": strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
 }

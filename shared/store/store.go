@@ -70,6 +70,19 @@ type Settings struct {
 	MaxRunWidth int
 	// RetentionDays: runs that ended longer ago are deleted by the reaper; 0 keeps them all.
 	RetentionDays int
+	// QuarantineAfter: this many consecutive infrastructure failures quarantine a node (0 is
+	// the default, DefaultQuarantineAfter).
+	QuarantineAfter int
+}
+
+// DefaultQuarantineAfter is NODE_QUARANTINE_AFTER's default.
+const DefaultQuarantineAfter = 3
+
+func (s Settings) quarantineAfter() int {
+	if s.QuarantineAfter <= 0 {
+		return DefaultQuarantineAfter
+	}
+	return s.QuarantineAfter
 }
 
 // PoolParams say how to connect.

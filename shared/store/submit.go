@@ -359,7 +359,7 @@ type storedRun struct {
 // view is the run as stored — the same shape GetRun reads (a test holds the two together).
 func (st storedRun) view(run wire.NewRun) Run {
 	r := Run{
-		RunID: run.RunID, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
+		RunID: run.RunID, Kind: wire.KindRun, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
 		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
 		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
 		Roles: map[string]Role{}, owner: run.Owner, key: st.key,

@@ -8,7 +8,9 @@ import (
 // Run is a run as clients see it. RunID is the id its owner chose (the run's name): unique
 // among that owner's runs, not across owners.
 type Run struct {
-	RunID               string            `json:"run_id"`
+	RunID string `json:"run_id"`
+	// Kind is wire.KindRun, or wire.KindHealthCheck for a check the system placed on a node.
+	Kind                string            `json:"kind"`
 	State               string            `json:"state"`
 	Reason              *string           `json:"reason"`
 	Priority            int               `json:"priority"` // 0 to 100, higher first
@@ -92,6 +94,17 @@ type Node struct {
 	// DrainRequestedBy is the admin who drained the node from outside, if one did.
 	DrainRequestedBy *string   `json:"drain_requested_by"`
 	LastSeenAt       time.Time `json:"last_seen_at"`
+	// Health is healthy, suspect or quarantined (wire.HealthStates); a quarantined node takes
+	// no new lease, whatever State says of its advert and lease.
+	Health       string  `json:"health"`
+	HealthReason *string `json:"health_reason"`
+	// InfraFailures counts the consecutive infrastructure failures on the node.
+	InfraFailures int       `json:"infra_failures"`
+	HealthSince   time.Time `json:"health_since"`
+	// QuarantinedBy is self, system or admin:<id> while the node is quarantined.
+	QuarantinedBy *string `json:"quarantined_by"`
+	// HealthCheckDue: a health check is due on the node, which takes no other work until it ran.
+	HealthCheckDue bool `json:"health_check_due"`
 }
 
 // Lease is a node held by a run (GET /v1/leases).

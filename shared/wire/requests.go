@@ -42,6 +42,9 @@ type Heartbeat struct {
 	BootID   string
 	Labels   []string // sorted, without duplicates
 	Draining bool
+	// Unhealthy is why the node's own checks fail ("" when they pass): the node quarantines
+	// itself with it, and lifts its own quarantine once it is gone.
+	Unhealthy string
 }
 
 // Report is a node's report of a step: POST /v1/runs/{run_id}/steps/{step_id}/result.
@@ -57,6 +60,9 @@ type Report struct {
 	Outputs map[string]string
 	// Log is what a terminal report says of the step's log in this attempt (nil for nothing).
 	Log *LogSummary
+	// Failure is a failed report's kind of failure: FailureTest (the default) or FailureInfra,
+	// which counts against the node; "" for any other status.
+	Failure string
 }
 
 // LogSummary is a step's log as its node stored it: its size and SHA-256 (lower-case hex) as

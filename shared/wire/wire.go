@@ -119,6 +119,48 @@ const (
 // NodeStates are every node state.
 var NodeStates = []string{NodeIdle, NodeLeased, NodeDraining, NodeOffline}
 
+// A node's health (migration 0015): healthy; suspect once an infrastructure failure counted
+// against it; quarantined — taking no new lease — after NODE_QUARANTINE_AFTER consecutive
+// ones, a failed health check, its agent's own say or an admin's.
+const (
+	HealthHealthy     = "healthy"
+	HealthSuspect     = "suspect"
+	HealthQuarantined = "quarantined"
+)
+
+// HealthStates are every health state.
+var HealthStates = []string{HealthHealthy, HealthSuspect, HealthQuarantined}
+
+// Who quarantined a node; an admin is "admin:<id>".
+const (
+	QuarantinedBySelf   = "self"
+	QuarantinedBySystem = "system"
+)
+
+// A failed report's failure: the test's (the default), or the machine's, which counts
+// against the node.
+const (
+	FailureTest  = "test"
+	FailureInfra = "infra"
+)
+
+// MaxUnhealthyBytes bounds a heartbeat's unhealthy reason, and an admin's quarantine reason.
+const MaxUnhealthyBytes = 512
+
+// MaxHealthReasonBytes bounds the health_reason a node carries (nodes_health_reason_bounded):
+// the system's reasons quote a report's message, truncated to fit.
+const MaxHealthReasonBytes = 1024
+
+// A run's kind: a client's run, or a health check the system placed on one node.
+const (
+	KindRun         = "run"
+	KindHealthCheck = "health_check"
+)
+
+// NodeIDLabelKey is the implicit label every node carries, node_id=<its id>: a role that
+// needs it is pinned to that node. No advert may carry a label of that key itself.
+const NodeIDLabelKey = "node_id"
+
 // Reasons on FAILED and CANCELLED runs.
 const (
 	ReasonNoCapableNode = "no_capable_node"

@@ -49,6 +49,28 @@ WITH due AS (
 /* events: published */
 DELETE FROM run_events_unpublished WHERE event_id = ANY ($1::bigint[])
 
+-- name: claim_node_events
+-- Node events (node_history's health changes, migration 0015): the unpublished, oldest first,
+-- claimed for @claim_for seconds. The reaper sends them.
+/* events: claim node events */
+WITH due AS (
+    SELECT u.event_id FROM node_events_unpublished u
+    WHERE u.claimed_until IS NULL OR u.claimed_until < now()
+    ORDER BY u.recorded_at LIMIT @limit::int
+    FOR UPDATE SKIP LOCKED
+), c AS (
+    UPDATE node_events_unpublished u SET claimed_until = now() + @claim_for::float8 * interval '1 second'
+    FROM due WHERE u.event_id = due.event_id
+    RETURNING u.event_id
+)
+SELECT h.event_id, h.node_id, h.from_state, h.to_state, h.reason, h.by, h.at
+FROM c JOIN node_history h ON h.event_id = c.event_id
+ORDER BY h.event_id
+
+-- name: mark_node_events_published
+/* events: node events published */
+DELETE FROM node_events_unpublished WHERE event_id = ANY ($1::bigint[])
+
 -- name: set_publishing
 /* events: publishing */
 UPDATE event_publishing SET enabled = $1 WHERE only_row AND enabled <> $1

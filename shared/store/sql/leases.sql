@@ -6,6 +6,12 @@
 SELECT r.run_id FROM leases l JOIN runs r ON r.run_id = l.run_id
 WHERE l.node_id = $1 AND l.epoch = $2 FOR UPDATE OF r
 
+-- name: lose_lock_node
+-- The reaper's, before the run: a loss counts against its node (health.sql), and lock.go's order
+-- is node, run, lease. A node another writer holds is left to them, or to the next reap.
+/* lose a lease: lock the node unless held */
+SELECT 1 FROM nodes WHERE node_id = $1 FOR NO KEY UPDATE SKIP LOCKED
+
 -- name: lose_lock_run
 /* lose a lease: lock the run */
 {{lock_run_of_lease}}
@@ -26,7 +32,7 @@ WITH lost AS (
     DELETE FROM leases WHERE node_id = @node_id::text AND epoch = @epoch::bigint
       AND (NOT @only_expired::bool OR expires_at < now())
       AND (@boot_not::text = '' OR boot_id <> @boot_not::text)
-    RETURNING run_id
+    RETURNING run_id, expires_at
 ), run AS (
     UPDATE runs r SET
         state = CASE WHEN r.cancel_requested_at IS NOT NULL THEN {{CANCELLED}}
@@ -67,5 +73,21 @@ WITH lost AS (
     SELECT run_id, CASE WHEN state = {{QUEUED}} THEN attempt - 1 ELSE attempt END,
            'node_lost', {{RUNNING}}, state, @reason::text, @node_id::text
     FROM run
+), excused AS (
+    -- Not the node's fault: the whole fleet silent (no heartbeat accepted anywhere for a lease's
+    -- life: the system, not the node, was down), or a lease the outage grace renewed — its
+    -- expiry is the grace's, not a renewal the node missed (health.sql).
+    SELECT 1 FROM heartbeat_pulse p, lost
+    WHERE p.only_row AND (p.heard_at < now() - @lease_ttl::float8 * interval '1 second'
+                          OR lost.expires_at <= p.graced_at + @lease_ttl::float8 * interval '1 second')
+), blamed AS (
+    -- The lost node only (its run-mates lost nothing of their own), when the loss counts
+    -- (@blame: an expiry or a restart), locked before anything else by the caller (lock.go).
+    SELECT n.node_id, n.health, n.infra_failures FROM nodes n
+    WHERE n.node_id = @node_id::text AND @blame::bool AND EXISTS (SELECT 1 FROM run)
+      AND NOT EXISTS (SELECT 1 FROM excused)
+    FOR NO KEY UPDATE
+), health_changes AS ({{health_counted}}
+), history AS ({{health_history}}
 )
 SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM others)

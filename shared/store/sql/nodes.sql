@@ -22,7 +22,8 @@
 -- first, so it goes through heartbeatAfterRestart instead.
 /* heartbeat */
 WITH prev AS (
-    SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by
+    SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
+           health, health_reason, infra_failures, health_since, quarantined_by
     FROM nodes WHERE node_id = @node_id::text
 ), stale AS (
     SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
@@ -30,16 +31,22 @@ WITH prev AS (
     SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[] AND draining = @draining::bool
       AND advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
 ), ins AS (
-    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at)
+    -- A node whose agent says at once that its checks fail is born quarantined by itself, so
+    -- that no wake places on it between its registration and its quarantine (selfQuarantine).
+    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at, health, quarantined_by, health_reason)
     SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
-           now() + @advert_ttl::float8 * interval '1 second', now()
+           now() + @advert_ttl::float8 * interval '1 second', now(),
+           CASE WHEN @unhealthy::text = '' THEN {{HEALTHY}} ELSE {{QUARANTINED}} END,
+           CASE WHEN @unhealthy::text <> '' THEN {{by_self}} END, nullif(@unhealthy::text, '')
     WHERE NOT EXISTS (SELECT 1 FROM prev)
-    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by
+    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
+        health, health_reason, infra_failures, health_since, quarantined_by
 ), upd AS (
     UPDATE nodes SET labels = @labels::text[], boot_id = @boot_id::text, draining = @draining::bool,
         advert_expires_at = now() + @advert_ttl::float8 * interval '1 second', last_seen_at = now()
     WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM stale)
-    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by
+    RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
+        health, health_reason, infra_failures, health_since, quarantined_by
 ), node AS (
     SELECT * FROM ins
     UNION ALL SELECT * FROM upd
@@ -72,7 +79,7 @@ SELECT
     coalesce((SELECT advert_expires_at <= now() OR draining AND NOT @draining::bool OR labels <> @labels::text[]
                      OR boot_id <> @boot_id::text FROM prev), true),
     node.node_id, {{node_state node lease}}, node.labels, node.boot_id, {{drained node}}, node.drain_requested_by,
-    node.last_seen_at,
+    node.last_seen_at, {{node_health node}},
     lease.run_id, lease.epoch, lease.expires_at,
     {{lease_steps lease}}
 FROM (SELECT 1) one
@@ -95,9 +102,14 @@ SELECT node_id, epoch FROM leases WHERE node_id = $1 AND boot_id <> $2
 SELECT lease.run_id, lease.epoch, lease.expires_at, {{lease_steps lease}}
 FROM leases lease WHERE lease.node_id = $1 AND lease.boot_id = $2
 
+-- fragment: node_health(n)
+-- A node's health as its view shows it (Node in types.go).
+n.health, n.health_reason, n.infra_failures, n.health_since, n.quarantined_by, false
+
 -- fragment: node_view(n, l)
 -- A node as GET /v1/nodes shows it (Node in types.go); l is its lease, if any.
-n.node_id, {{node_state n l}}, n.labels, n.boot_id, {{drained n}}, n.drain_requested_by, n.last_seen_at
+n.node_id, {{node_state n l}}, n.labels, n.boot_id, {{drained n}}, n.drain_requested_by, n.last_seen_at,
+{{node_health n}}
 
 -- name: list_nodes
 /* nodes: list */

@@ -39,3 +39,13 @@ SELECT node_id, epoch FROM leases WHERE expires_at < now() ORDER BY expires_at L
 -- name: schema_version
 /* schema version */
 SELECT version, dirty FROM schema_migrations LIMIT 1
+
+-- name: prune_node_history
+-- A batch of node history past retention goes, oldest first, but for a health change still to
+-- publish.
+/* reap: prune node history */
+DELETE FROM node_history WHERE event_id IN (
+    SELECT h.event_id FROM node_history h
+    WHERE h.at < now() - @days::int * interval '1 day'
+      AND NOT EXISTS (SELECT 1 FROM node_events_unpublished u WHERE u.event_id = h.event_id)
+    ORDER BY h.at LIMIT @batch::int)

@@ -32,10 +32,16 @@ r.created_at < now() - @starvation::float8 * interval '1 second'
 -- A node taking no new work: by its own say (draining, from its heartbeat) or an admin's.
 (n.draining OR n.drain_requested_by IS NOT NULL)
 
+-- fragment: quarantined(n)
+-- A node out of scheduling for its health (migration 0015): by its agent, the system or an
+-- admin. Like a drained node it finishes the lease it holds, and the fleet still counts it: a
+-- run only it could serve queues for it rather than being refused.
+(n.health = {{QUARANTINED}})
+
 -- fragment: takes_work(n)
--- A node the queue may place on, lease aside: its advert is live and it is not drained. An
--- available node also holds no lease: statements find those through free_nodes.
-n.advert_expires_at > now() AND NOT {{drained n}}
+-- A node the queue may place on, lease aside: its advert is live, it is not drained and not
+-- quarantined. An available node also holds no lease: statements find those through free_nodes.
+n.advert_expires_at > now() AND NOT {{drained n}} AND NOT {{quarantined n}}
 
 -- fragment: unheld(f)
 -- A free node (its free_nodes row f) no report holds for its own wake (migration 0011), or no

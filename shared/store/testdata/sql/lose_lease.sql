@@ -3,7 +3,7 @@ WITH lost AS (
     DELETE FROM leases WHERE node_id = @node_id::text AND epoch = @epoch::bigint
       AND (NOT @only_expired::bool OR expires_at < now())
       AND (@boot_not::text = '' OR boot_id <> @boot_not::text)
-    RETURNING run_id
+    RETURNING run_id, expires_at
 ), run AS (
     UPDATE runs r SET
         state = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'CANCELLED'
@@ -44,5 +44,31 @@ WITH lost AS (
     SELECT run_id, CASE WHEN state = 'QUEUED' THEN attempt - 1 ELSE attempt END,
            'node_lost', 'RUNNING', state, @reason::text, @node_id::text
     FROM run
+), excused AS (
+    SELECT 1 FROM heartbeat_pulse p, lost
+    WHERE p.only_row AND (p.heard_at < now() - @lease_ttl::float8 * interval '1 second'
+                          OR lost.expires_at <= p.graced_at + @lease_ttl::float8 * interval '1 second')
+), blamed AS (
+    SELECT n.node_id, n.health, n.infra_failures FROM nodes n
+    WHERE n.node_id = @node_id::text AND @blame::bool AND EXISTS (SELECT 1 FROM run)
+      AND NOT EXISTS (SELECT 1 FROM excused)
+    FOR NO KEY UPDATE
+), health_changes AS (UPDATE nodes n SET infra_failures = n.infra_failures + 1,
+    health = CASE WHEN n.health = 'quarantined' THEN n.health
+                  WHEN n.infra_failures + 1 >= @quarantine_after::int THEN 'quarantined' ELSE 'suspect' END,
+    quarantined_by = CASE WHEN n.health = 'quarantined' THEN n.quarantined_by
+                          WHEN n.infra_failures + 1 >= @quarantine_after::int THEN 'system' END,
+    health_reason = CASE WHEN n.health = 'quarantined' THEN n.health_reason
+                         ELSE left(format('%s consecutive infrastructure failures; the last: %s',
+                                          n.infra_failures + 1, @health_message::text), 1024) END,
+    health_since = CASE WHEN n.health = 'quarantined'
+                          OR (n.health = 'suspect' AND n.infra_failures + 1 < @quarantine_after::int)
+                        THEN n.health_since ELSE now() END
+FROM blamed WHERE n.node_id = blamed.node_id
+RETURNING n.node_id, blamed.health AS from_health, n.health AS to_health, n.health_reason,
+          coalesce(n.quarantined_by, 'system') AS by
+), history AS (INSERT INTO node_history (node_id, kind, from_state, to_state, reason, by)
+SELECT c.node_id, 'health', c.from_health, c.to_health, c.health_reason, c.by FROM health_changes c
+WHERE c.from_health <> c.to_health
 )
 SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM others)

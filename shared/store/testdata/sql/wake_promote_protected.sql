@@ -1,7 +1,7 @@
 /* wake: promote protected */
 WITH keyed AS (
     SELECT n.node_id, n.boot_id FROM nodes n
-    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL)
+    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined')
     FOR KEY SHARE OF n SKIP LOCKED
 ), slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id

@@ -20,7 +20,7 @@ WITH RECURSIVE shapes(shape) AS (
     CROSS JOIN LATERAL (SELECT needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
 ), free AS (
     SELECT n.node_id, n.labels FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
-    WHERE EXISTS (SELECT 1 FROM heads) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND ((f.held_until IS NULL OR f.held_until <= now()) OR f.node_id = ANY ('{}'::text[]))
+    WHERE EXISTS (SELECT 1 FROM heads) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AND ((f.held_until IS NULL OR f.held_until <= now()) OR f.node_id = ANY ('{}'::text[]))
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
     LIMIT 32
 )

@@ -1,0 +1,146 @@
+package httpapi_test
+
+import (
+	"strings"
+	"testing"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/store"
+	"mediator/shared/wire"
+)
+
+// beatUnhealthy heartbeats node as itself, its own checks failing for reason ("" passing).
+func beatUnhealthy(env *apitest.Env, node, boot, reason string, labels ...string) apitest.Beat {
+	env.T.Helper()
+	body := map[string]any{"boot_id": boot, "labels": append([]string{}, labels...)}
+	if reason != "" {
+		body["unhealthy"] = reason
+	}
+	resp := env.Do(apitest.Node(node), "PUT", "/v1/nodes/"+node, body)
+	if resp.Status != 200 {
+		env.T.Fatalf("heartbeat of %s: %s", node, resp)
+	}
+	var b apitest.Beat
+	resp.Decode(env.T, &b)
+	return b
+}
+
+func nodeAnswer(env *apitest.Env, resp apitest.Response) store.Node {
+	env.T.Helper()
+	if resp.Status != 200 {
+		env.T.Fatalf("%s", resp)
+	}
+	var a struct {
+		Node store.Node `json:"node"`
+	}
+	resp.Decode(env.T, &a)
+	return a.Node
+}
+
+// A node whose own checks fail quarantines itself: born so, it never gets a lease, and a run
+// only it could serve queues (202, not 422). Its checks passing again, it lifts its own
+// quarantine, and the queued run is placed on it within that heartbeat.
+func TestANodeQuarantinesItselfAndLiftsItByItself(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	b := beatUnhealthy(env, "A", "b1", "disk full: 12 MiB free under /work", "board")
+	if b.Node.Health != wire.HealthQuarantined || b.Node.QuarantinedBy == nil || *b.Node.QuarantinedBy != wire.QuarantinedBySelf ||
+		b.Node.HealthReason == nil || *b.Node.HealthReason != "disk full: 12 MiB free under /work" {
+		t.Fatalf("a node born unhealthy: %+v", b.Node)
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("r", "board")); resp.Status != 202 {
+		t.Fatalf("a run only a quarantined node serves: %s, want 202", resp)
+	}
+	if b := beatUnhealthy(env, "A", "b1", "disk full: 8 MiB free under /work", "board"); b.Lease != nil ||
+		*b.Node.HealthReason != "disk full: 8 MiB free under /work" {
+		t.Fatalf("still unhealthy: %+v, lease %+v", b.Node, b.Lease)
+	}
+	b = beatUnhealthy(env, "A", "b1", "", "board")
+	if b.Node.Health != wire.HealthHealthy || b.Node.QuarantinedBy != nil {
+		t.Fatalf("its checks passing again: %+v", b.Node)
+	}
+	if env.State("r") != wire.Running {
+		t.Fatalf("lifting its own quarantine did not wake the queue: r is %s", env.State("r"))
+	}
+	env.CheckInvariants()
+}
+
+// An admin's quarantine only an admin lifts: the node's own say neither lifts nor replaces it.
+// Lifting it makes the node healthy, its count reset, wakes the queue, and the node's history
+// shows each change newest first with its leases.
+func TestAnAdminsQuarantineOnlyAnAdminLifts(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	beatUnhealthy(env, "A", "b1", "", "board")
+	env.Exec(`UPDATE nodes SET health = 'suspect', infra_failures = 1, health_reason = 'x' WHERE node_id = 'A'`)
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("first", "board")); resp.Status != 201 {
+		t.Fatalf("first: %s", resp)
+	}
+	env.Finish("A", "b1", "first", wire.ReportSucceeded)
+	n := nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "the USB hub is being replaced"}))
+	if n.Health != wire.HealthQuarantined || *n.QuarantinedBy != "admin:ops" || *n.HealthReason != "the USB hub is being replaced" {
+		t.Fatalf("quarantined by an admin: %+v", n)
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("r", "board")); resp.Status != 202 {
+		t.Fatalf("a run only the quarantined node serves: %s", resp)
+	}
+	// The node's own checks fail, then pass: the admin's quarantine stays as it was.
+	beatUnhealthy(env, "A", "b1", "disk", "board")
+	b := beatUnhealthy(env, "A", "b1", "", "board")
+	if b.Node.Health != wire.HealthQuarantined || *b.Node.QuarantinedBy != "admin:ops" || *b.Node.HealthReason != "the USB hub is being replaced" {
+		t.Fatalf("the node's own say changed an admin's quarantine: %+v", b.Node)
+	}
+	// A second admin's quarantine keeps the first.
+	n = nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", nil))
+	if *n.HealthReason != "the USB hub is being replaced" {
+		t.Fatalf("a second quarantine: %+v", n)
+	}
+	n = nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
+	if n.Health != wire.HealthHealthy || n.InfraFailures != 0 || n.QuarantinedBy != nil || n.HealthReason != nil {
+		t.Fatalf("lifted: %+v", n)
+	}
+	if env.State("r") != wire.Running {
+		t.Fatalf("lifting the quarantine did not wake the queue: r is %s", env.State("r"))
+	}
+	resp := env.Do(apitest.Admin, "GET", "/v1/nodes/A", nil)
+	if resp.Status != 200 {
+		t.Fatal(resp)
+	}
+	var d store.NodeDetail
+	resp.Decode(t, &d)
+	var lines []string
+	for _, e := range d.History {
+		line := e.Kind + ":" + e.To
+		if e.RunID != nil {
+			line += "@" + *e.RunID
+		}
+		lines = append(lines, line)
+	}
+	want := "lease:leased@r health:healthy health:quarantined health:healthy lease:released@first lease:leased@first"
+	if got := strings.Join(lines, " "); got != want || d.Node.NodeID != "A" {
+		t.Fatalf("history, newest first:\n got %s\nwant %s", got, want)
+	}
+	env.CheckInvariants()
+}
+
+// A quarantined node keeps the lease it holds and finishes it; it takes no
+// other.
+func TestAQuarantinedNodeFinishesWhatItHolds(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	beatUnhealthy(env, "A", "b1", "", "board")
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("held", "board")); resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "flaky"}))
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("next", "board")); resp.Status != 202 {
+		t.Fatal(resp)
+	}
+	env.Finish("A", "b1", "held", wire.ReportSucceeded)
+	if env.State("held") != wire.Succeeded || env.State("next") != wire.Queued {
+		t.Fatalf("held %s, next %s", env.State("held"), env.State("next"))
+	}
+	if h := nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", nil)); h.Health != wire.HealthQuarantined {
+		t.Fatalf("a success lifted a quarantine: %+v", h)
+	}
+}

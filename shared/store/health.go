@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"mediator/shared/wire"
+)
+
+// A node's health: healthy, suspect or quarantined (migration 0015, sql/health.sql). The count
+// of infrastructure failures moves in the transactions of the reports and the losses that make
+// it (Report, loseLease); the agent's own say comes with its heartbeat (heartbeatHealth); an
+// admin's with the quarantine routes.
+
+var (
+	selfQuarantineStmt  = stmt("self_quarantine")
+	liftQuarantineStmt  = stmt("lift_quarantine")
+	adminQuarantineStmt = stmt("admin_quarantine")
+	nodeHistoryStmt     = stmt("node_history")
+	getNodeStmt         = stmt("get_node")
+)
+
+// HistoryLimit is how many lines of a node's history GET /v1/nodes/{node_id} shows.
+const HistoryLimit = 50
+
+// HealthResult is a node after a change of its health.
+type HealthResult struct {
+	Node Node
+	// CapacityAppeared: a quarantine was lifted and the node is available now. The caller wakes.
+	CapacityAppeared bool
+}
+
+// NodeEvent is a line of a node's history: a change of its health ("health": from, to, why) or
+// a lease ("lease": to leased or released, the run).
+type NodeEvent struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"`
+	From   *string   `json:"from"`
+	To     string    `json:"to"`
+	Reason *string   `json:"reason"`
+	RunID  *string   `json:"run_id"`
+}
+
+// NodeDetail is a node with its recent history, newest first.
+type NodeDetail struct {
+	Node    Node        `json:"node"`
+	History []NodeEvent `json:"history"`
+}
+
+// heartbeatHealth applies what the heartbeat says of the node's own checks: failing
+// (p.Unhealthy), the node quarantines itself, unless the system or an admin did already;
+// passing, it lifts a quarantine of its own and nobody else's. A routine heartbeat — the node's
+// say unchanged — writes nothing.
+func (s *Store) heartbeatHealth(ctx context.Context, p wire.Heartbeat, res *HeartbeatResult) error {
+	n := res.Node
+	self := n.QuarantinedBy != nil && *n.QuarantinedBy == wire.QuarantinedBySelf
+	switch {
+	case p.Unhealthy != "" && (n.Health != wire.HealthQuarantined || self && (n.HealthReason == nil || *n.HealthReason != p.Unhealthy)):
+		h, err := s.healthWrite(ctx, selfQuarantineStmt, named{"node_id": p.NodeID, "reason": p.Unhealthy})
+		if err != nil {
+			return err
+		}
+		res.Node = h.Node
+		// Only what the restart released stays room: this node takes no new work now.
+		res.CapacityAppeared = res.CapacityAppeared && (takesWork(h.Node) || res.Released > 0)
+	case p.Unhealthy == "" && self:
+		h, err := s.healthWrite(ctx, liftQuarantineStmt, named{"node_id": p.NodeID, "admin": false, "by": wire.QuarantinedBySelf})
+		if err != nil {
+			return err
+		}
+		res.Node = h.Node
+		res.CapacityAppeared = res.CapacityAppeared || h.CapacityAppeared
+	}
+	return nil
+}
+
+// healthWrite runs one of the health statements, which answer the node and whether it left a
+// quarantine.
+func (s *Store) healthWrite(ctx context.Context, st statement, args named) (HealthResult, error) {
+	var n Node
+	var lifted bool
+	err := st.queryRow(ctx, s.pool, args).Scan(&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining,
+		&n.DrainRequestedBy, &n.LastSeenAt, &n.Health, &n.HealthReason, &n.InfraFailures, &n.HealthSince,
+		&n.QuarantinedBy, &n.HealthCheckDue, &lifted)
+	if err != nil {
+		return HealthResult{}, err
+	}
+	return HealthResult{Node: n, CapacityAppeared: lifted && takesWork(n)}, nil
+}
+
+// QuarantineNode records an admin's quarantine (POST /v1/nodes/{node_id}/quarantine): the node
+// takes no new lease until an admin lifts it, and finishes the one it holds. An admin's
+// quarantine already there is kept as the first admin gave it.
+func (s *Store) QuarantineNode(ctx context.Context, nodeID, by, reason string) (Node, error) {
+	if reason == "" {
+		reason = "quarantined by " + by
+	}
+	h, err := s.healthWrite(ctx, adminQuarantineStmt, named{"node_id": nodeID, "by": by, "reason": reason})
+	return h.Node, err
+}
+
+// LiftQuarantine makes a node healthy again, its count reset, whoever quarantined it
+// (DELETE /v1/nodes/{node_id}/quarantine, an admin's).
+func (s *Store) LiftQuarantine(ctx context.Context, nodeID, by string) (HealthResult, error) {
+	return s.healthWrite(ctx, liftQuarantineStmt, named{"node_id": nodeID, "admin": true, "by": by})
+}
+
+// GetNode is one node with its recent history (GET /v1/nodes/{node_id}).
+func (s *Store) GetNode(ctx context.Context, nodeID string) (NodeDetail, error) {
+	rows, err := getNodeStmt.query(ctx, s.pool, nodeID)
+	if err != nil {
+		return NodeDetail{}, err
+	}
+	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Node])
+	if err != nil {
+		return NodeDetail{}, getNodeStmt.fail(err)
+	}
+	history, err := collect(ctx, s.pool, nodeHistoryStmt, pgx.RowToStructByPos[NodeEvent], nodeID, HistoryLimit)
+	if err != nil {
+		return NodeDetail{}, err
+	}
+	if history == nil {
+		history = []NodeEvent{}
+	}
+	return NodeDetail{Node: n, History: history}, nil
+}

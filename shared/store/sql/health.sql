@@ -1,0 +1,154 @@
+-- A node's health (migration 0015): what counts against it, what resets it, who moves it.
+-- Every change is a conditional write on the node's row, locked first (lock.go: node, then run,
+-- then lease), and each change of state is a line of node_history, which the outbox publishes.
+
+-- fragment: health_counted
+-- One infrastructure failure counted against the node of the caller's CTE blamed (node_id and
+-- health of its row, locked): suspect at the first,
+-- quarantined by the system at @quarantine_after in a row, with a reason naming the count and the
+-- last failure (@health_message, truncated to what the node may carry). A quarantined node — its
+-- lease finishing — keeps its quarantine, and who made it.
+UPDATE nodes n SET infra_failures = n.infra_failures + 1,
+    health = CASE WHEN n.health = {{QUARANTINED}} THEN n.health
+                  WHEN n.infra_failures + 1 >= @quarantine_after::int THEN {{QUARANTINED}} ELSE {{SUSPECT}} END,
+    quarantined_by = CASE WHEN n.health = {{QUARANTINED}} THEN n.quarantined_by
+                          WHEN n.infra_failures + 1 >= @quarantine_after::int THEN {{by_system}} END,
+    health_reason = CASE WHEN n.health = {{QUARANTINED}} THEN n.health_reason
+                         ELSE left(format('%s consecutive infrastructure failures; the last: %s',
+                                          n.infra_failures + 1, @health_message::text), 1024) END,
+    health_since = CASE WHEN n.health = {{QUARANTINED}}
+                          OR (n.health = {{SUSPECT}} AND n.infra_failures + 1 < @quarantine_after::int)
+                        THEN n.health_since ELSE now() END
+FROM blamed WHERE n.node_id = blamed.node_id
+RETURNING n.node_id, blamed.health AS from_health, n.health AS to_health, n.health_reason,
+          coalesce(n.quarantined_by, {{by_system}}) AS by
+
+-- fragment: health_reset
+-- A success on the node of the caller's CTE credited (node_id, health and infra_failures of its
+-- row, locked): its count starts over, and a suspect node is
+-- healthy again. A quarantine is lifted only by whoever may lift it, never by a run finishing.
+UPDATE nodes n SET infra_failures = 0,
+    health = CASE WHEN n.health = {{SUSPECT}} THEN {{HEALTHY}} ELSE n.health END,
+    health_reason = CASE WHEN n.health = {{SUSPECT}} THEN NULL ELSE n.health_reason END,
+    health_since = CASE WHEN n.health = {{SUSPECT}} THEN now() ELSE n.health_since END
+FROM credited c WHERE n.node_id = c.node_id AND c.health <> {{QUARANTINED}} AND (c.infra_failures > 0 OR c.health = {{SUSPECT}})
+RETURNING n.node_id, c.health AS from_health, n.health AS to_health, n.health_reason, {{by_system}} AS by
+
+-- fragment: health_history
+-- The changes of the caller's CTE health_changes (node_id, from_health, to_health,
+-- health_reason, by) that changed a node's state, as lines of its history (and so events: node_events_mark_unpublished).
+INSERT INTO node_history (node_id, kind, from_state, to_state, reason, by)
+SELECT c.node_id, 'health', c.from_health, c.to_health, c.health_reason, c.by FROM health_changes c
+WHERE c.from_health <> c.to_health
+
+-- name: report_lock_node
+-- A report that may change its node's health locks the node before the run (lock.go): an
+-- infrastructure failure always ($2), a success only when there is a count to reset.
+/* report: lock the node */
+SELECT 1 FROM nodes WHERE node_id = $1 AND ($2::bool OR infra_failures > 0 OR health = {{SUSPECT}})
+FOR NO KEY UPDATE
+
+-- name: report_health
+-- What the report does to its node's health, once its step is written as decided (the write's
+-- own re-checks decide whether it was: a refused write leaves the step as it was, and this
+-- changes nothing): @infra, a failure counted; else a success, the count reset.
+/* report: health */
+WITH o AS (
+    SELECT n.node_id, n.health, n.infra_failures FROM nodes n
+    WHERE n.node_id = @health_node::text
+      AND EXISTS (SELECT 1 FROM steps s WHERE s.run_id = @run_id::text AND s.step_id = @step_id::text
+                  AND s.state = @state::text AND s.epoch = @epoch::bigint)
+      AND (@infra::bool OR n.infra_failures > 0 OR n.health = {{SUSPECT}})
+    FOR NO KEY UPDATE
+), blamed AS (SELECT * FROM o WHERE @infra::bool
+), credited AS (SELECT * FROM o WHERE NOT @infra::bool
+), counted AS ({{health_counted}}
+), reset AS ({{health_reset}}
+), health_changes AS (
+    SELECT * FROM counted UNION ALL SELECT * FROM reset
+), history AS ({{health_history}})
+SELECT count(*) FROM health_changes c WHERE c.from_health <> c.to_health
+
+-- name: self_quarantine
+-- The node's agent says its own checks fail (@reason): it quarantines itself, or, quarantined by
+-- itself already, says why now. A quarantine of the system's or an admin's stays as it is: the
+-- node's say can neither soften nor take it over.
+/* health: self quarantine */
+WITH o AS (
+    SELECT node_id, health FROM nodes
+    WHERE node_id = @node_id::text
+      AND (health <> {{QUARANTINED}} OR quarantined_by = {{by_self}} AND health_reason IS DISTINCT FROM @reason::text)
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE nodes n SET health = {{QUARANTINED}}, quarantined_by = {{by_self}}, health_reason = @reason::text,
+        health_since = CASE WHEN o.health = {{QUARANTINED}} THEN n.health_since ELSE now() END
+    FROM o WHERE n.node_id = o.node_id
+    RETURNING n.*
+), health_changes AS (
+    SELECT m.node_id, o.health AS from_health, m.health AS to_health, m.health_reason, {{by_self}} AS by
+    FROM moved m JOIN o ON o.node_id = m.node_id
+), history AS ({{health_history}}
+)
+SELECT {{node_view v l}}, false
+FROM (SELECT * FROM moved UNION ALL SELECT * FROM nodes WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
+LEFT JOIN leases l ON l.node_id = v.node_id
+
+-- name: lift_quarantine
+-- Makes a node healthy again, its count reset: its agent lifting its own quarantine (@admin
+-- false: only a quarantine of its own), or an admin (@admin: any quarantine, and a suspect
+-- node's count). It answers whether a quarantine was lifted: then the node may be available
+-- again, and the caller wakes the queue.
+/* health: lift */
+WITH o AS (
+    SELECT node_id, health FROM nodes
+    WHERE node_id = @node_id::text AND (health <> {{HEALTHY}} OR infra_failures > 0)
+      AND (@admin::bool OR quarantined_by = {{by_self}})
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE nodes n SET health = {{HEALTHY}}, quarantined_by = NULL, health_reason = NULL, infra_failures = 0,
+        health_since = CASE WHEN o.health = {{HEALTHY}} THEN n.health_since ELSE now() END
+    FROM o WHERE n.node_id = o.node_id
+    RETURNING n.*
+), health_changes AS (
+    SELECT m.node_id, o.health AS from_health, m.health AS to_health, m.health_reason, @by::text AS by
+    FROM moved m JOIN o ON o.node_id = m.node_id
+), history AS ({{health_history}}
+)
+SELECT {{node_view v l}}, v.was = {{QUARANTINED}}
+FROM (SELECT m.*, o.health AS was FROM moved m JOIN o ON o.node_id = m.node_id
+      UNION ALL
+      SELECT x.*, x.health FROM nodes x WHERE x.node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
+LEFT JOIN leases l ON l.node_id = v.node_id
+
+-- name: admin_quarantine
+-- An admin quarantines a node (@by): it takes no new lease until an admin lifts it, whatever
+-- its agent says. A quarantine of the node's own or the system's becomes the admin's; an
+-- admin's stays as the first admin gave it.
+/* health: admin quarantine */
+WITH o AS (
+    SELECT node_id, health FROM nodes
+    WHERE node_id = @node_id::text AND (quarantined_by IS NULL OR quarantined_by NOT LIKE 'admin:%')
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE nodes n SET health = {{QUARANTINED}}, quarantined_by = @by::text, health_reason = @reason::text,
+        health_since = CASE WHEN o.health = {{QUARANTINED}} THEN n.health_since ELSE now() END
+    FROM o WHERE n.node_id = o.node_id
+    RETURNING n.*
+), health_changes AS (
+    SELECT m.node_id, o.health AS from_health, m.health AS to_health, m.health_reason, @by::text AS by
+    FROM moved m JOIN o ON o.node_id = m.node_id
+), history AS ({{health_history}}
+)
+SELECT {{node_view v l}}, false
+FROM (SELECT * FROM moved UNION ALL SELECT * FROM nodes WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
+LEFT JOIN leases l ON l.node_id = v.node_id
+
+-- name: node_history
+-- A node's recent history, newest first: its health changes and its leases.
+/* nodes: history */
+SELECT at, kind, from_state, to_state, reason, run_id FROM node_history
+WHERE node_id = $1 ORDER BY event_id DESC LIMIT $2
+
+-- name: get_node
+/* nodes: get */
+SELECT {{node_view n l}} FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id WHERE n.node_id = $1
