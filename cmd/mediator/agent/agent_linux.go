@@ -667,6 +667,7 @@ func (a *Agent) runnerDone(d runnerDone) {
 	}
 	if len(a.runners) == 0 && a.lease == nil {
 		a.killStrays("the lease ended")
+		a.updateHealth(true) // a step may have filled the disk: say so before the next lease
 		if a.healthDue() {
 			a.startHealthCmd() // before the next lease, not in the midst of one
 		}
