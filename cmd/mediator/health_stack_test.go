@@ -155,7 +155,7 @@ func TestAgentQuarantinesItselfWhenAStepFillsItsDisk(t *testing.T) {
 		t.Fatalf("after, on a full node: %d, want 202", s.Status)
 	}
 	r := getRun(t, base, "fill").Run
-	if s := step(t, r, "s"); !strings.Contains(text(s.Message), "no space left on the filesystem of") {
+	if s := step(t, r, "s"); !strings.Contains(text(s.Message), "low disk space under "+work) {
 		t.Fatalf("fill's message: %q", text(s.Message))
 	}
 

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,9 @@ type Agent struct {
 	environ []string
 	events  chan any
 	logs    attemptLogs // the step logs of the attempts run here
+	// oldAPI is set once the API refused a report's failure kind as a field it does not know:
+	// reports go without one from then on.
+	oldAPI atomic.Bool
 
 	// The rest is the loop's alone.
 	labels   []string
@@ -56,6 +60,9 @@ type Agent struct {
 		by    string // the admin who drained it, "" for the node itself
 	}
 	health selfCheck
+	// noUnhealthy: the API refused a heartbeat's unhealthy as a field it does not know, and
+	// heartbeats go without it (the node cannot quarantine itself there).
+	noUnhealthy bool
 	// seenHealth is the node's health as the API last showed it, for the log.
 	seenHealth, seenHealthBy string
 	exit                     int // <0 while running
@@ -110,11 +117,12 @@ type lease struct {
 // Messages to the loop.
 type (
 	heartbeatDone struct {
-		reply *client.HeartbeatReply
-		err   error
-		sent  uint64    // seq when it was sent
-		start time.Time // when it was sent
-		drain bool      // it said draining
+		reply     *client.HeartbeatReply
+		err       error
+		sent      uint64    // seq when it was sent
+		start     time.Time // when it was sent
+		drain     bool      // it said draining
+		unhealthy bool      // it said unhealthy
 	}
 	healthDone struct {
 		reason string
@@ -351,14 +359,17 @@ func (a *Agent) heartbeat() {
 	}
 	a.hb.inFlight = true
 	a.updateHealth(false)
-	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping != working, Unhealthy: a.health.reason}
+	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping != working}
+	if !a.noUnhealthy {
+		req.Unhealthy = a.health.reason
+	}
 	sent, timeout := a.seq, HeartbeatTimeout(a.interval)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := time.Now()
 		rep, err := a.api.Heartbeat(ctx, a.cfg.NodeID, req)
-		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, drain: req.Draining}
+		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, drain: req.Draining, unhealthy: req.Unhealthy != ""}
 	}()
 }
 
@@ -368,6 +379,14 @@ func (a *Agent) heartbeatDone(d heartbeatDone) {
 	a.hb.inFlight = false
 	if d.drain {
 		a.drain.heard = true
+	}
+	if d.err != nil && d.unhealthy && client.NamesField(d.err, "unhealthy") {
+		// An API older than this agent: it goes on heartbeating, unable to quarantine itself;
+		// the steps it is given while unhealthy are still refused, as the machine's failures.
+		a.log.Error("the API does not take a node's unhealthy reason: heartbeating without it; the node is not quarantined", "reason", a.health.reason)
+		a.noUnhealthy = true
+		a.hb.timer.Reset(0)
+		return
 	}
 	if d.err != nil {
 		a.hb.failures++

@@ -19,7 +19,7 @@ import (
 //   - the node lost the step: the lease guard dropped it, or the node found it RUNNING with
 //     nobody running it (lease_lost);
 //   - the step failed while the filesystem of the work dir, or of its working directory, had
-//     no space or no inode left;
+//     less room than --min-free asks (no space or no inode left, with --min-free 0);
 //   - the step exited with one of its spec's infra_exit_codes: a lab's scripts say "the board
 //     is broken, not the test" this way.
 // Everything else is a test failure, which never counts against the node: a spec the agent

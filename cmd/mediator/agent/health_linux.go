@@ -25,14 +25,21 @@ func statSpace(path string) (Space, error) {
 }
 
 // fullDisk says why a failed step's failure is the machine's for want of room: the work dir's
-// filesystem, or that of the step's working directory, has no space or no inode left. "" when
-// both have room (or cannot be read: no guess counts against the node).
+// filesystem, or that of the step's working directory, has less room than --min-free asks (no
+// space or no inode at all, with --min-free 0). "" when both have room, or cannot be read: no
+// guess counts against the node.
 func (r *runner) fullDisk(dir string) string {
 	for _, d := range []string{r.a.cfg.WorkDir, dir} {
-		if s, err := statSpace(d); err == nil {
-			if why := s.Full(d); why != "" {
-				return why
-			}
+		s, err := statSpace(d)
+		if err != nil {
+			continue
+		}
+		why := r.a.cfg.MinFree.Check(d, s)
+		if why == "" {
+			why = s.Full(d)
+		}
+		if why != "" {
+			return why
 		}
 	}
 	return ""

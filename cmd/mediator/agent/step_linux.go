@@ -470,7 +470,7 @@ func (r *runner) deliver(res result) runnerDone {
 		return runnerDone{}
 	}
 	req := client.ReportRequest{Status: res.status, ExitCode: res.exitCode, Outputs: res.outputs, Log: r.logSummary()}
-	if res.status == wire.ReportFailed {
+	if res.status == wire.ReportFailed && !r.a.oldAPI.Load() {
 		req.Failure = res.failure
 	}
 	if res.message != "" {
@@ -483,6 +483,7 @@ func (r *runner) deliver(res result) runnerDone {
 	if err != nil && req.Failure != "" && client.NamesField(err, "failure") {
 		// An API older than this agent: the failure is reported as a test failure.
 		r.log.Warn("the API does not take a failure's kind; reporting the step failed without it", "failure", req.Failure)
+		r.a.oldAPI.Store(true)
 		req.Failure = ""
 		rep, sent, err = r.send(req, false)
 	}
