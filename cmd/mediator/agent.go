@@ -58,13 +58,15 @@ A failed step is reported as the machine's failure ("infra"), which counts again
 health — a node with NODE_QUARANTINE_AFTER of them in a row is quarantined — when the machine
 could not run it: its program (argv[0]) or its workdir does not exist on this node; its
 directory, output file, process group or cgroup could not be made, or its process could not
-be spawned (a full disk, no memory); the lease guard dropped it (lease_lost); it failed while
-the filesystem of the work dir, or of its workdir, had less room than --min-free asks; it
-exited with one of its infra_exit_codes; or the node's own checks (below) failed when it was
-to start, and it was not run. Every other failure is the test's and never counts: a spec the
-agent cannot read (the submitter's mistake), a timeout, a bad MEDIATOR_OUTPUTS, any other
-exit. A cmd runs through /bin/sh: a command missing there is the shell's exit 127, which
-counts against the machine only when infra_exit_codes lists 127.
+be spawned (a full disk, no memory); it failed while the filesystem of the work dir, or of its
+workdir, had less room than --min-free asks; it exited with one of its infra_exit_codes; or
+the node's own checks (below) failed when it was to start, and it was not run. Every other
+failure is the test's and never counts: a spec the agent cannot read (the submitter's
+mistake), a timeout, a bad MEDIATOR_OUTPUTS, any other exit, and a step the lease guard
+dropped (lease_lost: the agent cannot tell its own network from an outage of the API, and the
+API counts a lease that was lost itself). A cmd runs through /bin/sh: a command missing there
+is the shell's exit 127, which counts against the machine only when infra_exit_codes lists
+127.
 
 A step's environment is the agent's, without its MEDIATOR_ variables, then the spec's env, then:
   MEDIATOR_RUN_ID, MEDIATOR_STEP_ID, MEDIATOR_ROLE, MEDIATOR_NODE_ID, MEDIATOR_ATTEMPT

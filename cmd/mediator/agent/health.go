@@ -16,15 +16,15 @@ import (
 //   - the step could not start on it: the program (argv[0]) or the spec's workdir does not
 //     exist on this node, the step's directory, output file, process group or cgroup could not
 //     be made, the process could not be spawned;
-//   - the node lost the step: the lease guard dropped it, or the node found it RUNNING with
-//     nobody running it (lease_lost);
 //   - the step failed while the filesystem of the work dir, or of its working directory, had
 //     less room than --min-free asks (no space or no inode left, with --min-free 0);
 //   - the step exited with one of its spec's infra_exit_codes: a lab's scripts say "the board
 //     is broken, not the test" this way.
 // Everything else is a test failure, which never counts against the node: a spec the agent
 // cannot read (the submitter's), names that meet in the step's environment, a bad
-// MEDIATOR_OUTPUTS, a timeout, any other exit. A cmd runs through /bin/sh, so a command
+// MEDIATOR_OUTPUTS, a timeout, any other exit — and a step the lease guard dropped
+// (lease_lost): the agent cannot tell its own network from an outage of the API, and the API
+// counts a lease that was in fact lost itself. A cmd runs through /bin/sh, so a command
 // missing there is the shell's exit 127: list 127 in infra_exit_codes to count it against the
 // machine.
 

@@ -45,7 +45,9 @@ const (
 	reportLost                     // report a step nobody here runs as failed, lease_lost
 )
 
-// lostMessage is the message of a step killed because its lease could not be renewed.
+// lostMessage is the message of a step killed because its lease could not be renewed. Such a
+// failure is not reported as the machine's: the agent cannot tell its own network from an
+// outage of the API, and a lease that was in fact lost the API counts itself.
 const lostMessage = "lease_lost"
 
 // shutdownReportFor bounds how long a stopping agent keeps trying to report.
@@ -142,7 +144,7 @@ func (r *runner) run() {
 	case reportCancelled:
 		d = r.deliver(result{status: wire.ReportCancelled, message: "cancelled: the run was cancelled before this node ran the step"})
 	case reportLost:
-		d = r.deliver(result{status: wire.ReportFailed, failure: client.FailureInfra, message: lostMessage})
+		d = r.deliver(result{status: wire.ReportFailed, message: lostMessage})
 	default:
 		d = r.life()
 	}
@@ -183,7 +185,7 @@ func (r *runner) before() result {
 	case stopStale:
 		return result{none: true}
 	case stopGuard:
-		return result{status: wire.ReportFailed, failure: client.FailureInfra, message: lostMessage}
+		return result{status: wire.ReportFailed, message: lostMessage}
 	case stopShutdown:
 		return result{status: wire.ReportCancelled, message: "cancelled: the agent was stopped before the step began"}
 	}
@@ -294,7 +296,7 @@ func (r *runner) execute(spec Spec) result {
 		return result{none: true}
 	case r.reason == stopGuard:
 		r.log.Warn("step killed by the lease guard: dropped the work", attrs...)
-		res.status, res.failure, res.message = wire.ReportFailed, client.FailureInfra, lostMessage
+		res.status, res.message = wire.ReportFailed, lostMessage
 	case r.reason == stopCancel:
 		r.log.Info("step cancelled", attrs...)
 		res.status, why = wire.ReportCancelled, []string{"cancelled: the run was cancelled"}
