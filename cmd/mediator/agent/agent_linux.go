@@ -60,6 +60,9 @@ type Agent struct {
 		by    string // the admin who drained it, "" for the node itself
 	}
 	health selfCheck
+	// healthCtx ends with the loop: a health command still running then is killed.
+	healthCtx context.Context
+	endHealth context.CancelFunc
 	// noUnhealthy: the API refused a heartbeat's unhealthy as a field it does not know, and
 	// heartbeats go without it (the node cannot quarantine itself there).
 	noUnhealthy bool
@@ -211,6 +214,7 @@ func start(cfg Config) (*Agent, int) {
 	}
 	// The first heartbeat says already what the checks find: a machine that fails them takes
 	// no lease.
+	a.healthCtx, a.endHealth = context.WithCancel(context.Background())
 	a.health.timer = time.NewTimer(time.Hour)
 	a.health.timer.Stop()
 	if cfg.HealthCmd != "" {
@@ -292,6 +296,7 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 		}
 		a.checkExit()
 	}
+	a.endHealth()
 	if a.cgroups != nil {
 		a.cgroups.release()
 	}

@@ -5,7 +5,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"mediator/shared/client"
 	"os/exec"
@@ -77,32 +76,42 @@ func HealthTimeout(every time.Duration) time.Duration {
 	return min(max(every, 5*time.Second), time.Minute)
 }
 
-// RunHealthCmd runs the health command by /bin/sh -c, in its own process group, killed with
-// its group past timeout. It returns "" when the command exits 0, else the reason: its
-// output's last line, or what ended it.
-func RunHealthCmd(command, dir string, env []string, timeout time.Duration) string {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// RunHealthCmd runs the health command by /bin/sh -c as a process group of g's, as a step is
+// (recorded, so that a crash of the agent leaves nothing of it to a next boot, and never taken
+// for a step's stray), killed with its group past timeout or once ctx is done. It returns ""
+// when the command exits 0, else the reason: its output's last line, or what ended it.
+func (g *groups) RunHealthCmd(ctx context.Context, command, dir string, env []string, timeout time.Duration) string {
 	out := &tailBuffer{n: healthOutputBytes}
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	// A background process of the command holding its output open must not hold up the check.
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	if err == nil {
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", command}, Dir: dir, Env: env, Stdout: out, Stderr: out,
+		// What left the group holding the output open must not hold up the check.
+		WaitDelay: time.Second}
+	p, err := g.spawn(cmd, "health-cmd", nil)
+	if err != nil {
+		return Reason(nil, "the health command could not start: "+err.Error())
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var stopped string
+	select {
+	case <-p.exited:
+	case <-t.C:
+		stopped = fmt.Sprintf("the health command did not finish within %s", timeout)
+	case <-ctx.Done():
+		stopped = "the health command was stopped: the agent is exiting"
+	}
+	if stopped != "" {
+		p.signal(syscall.SIGKILL)
+	}
+	ps, err := p.finish()
+	switch {
+	case stopped != "":
+		return Reason(nil, stopped)
+	case ps == nil:
+		return Reason(nil, fmt.Sprintf("the health command: %v", err))
+	case exitCode(ps) == 0:
 		return ""
 	}
-	var ee *exec.ExitError
-	fallback := fmt.Sprintf("the health command failed: %v", err)
-	switch {
-	case ctx.Err() != nil:
-		return Reason(nil, fmt.Sprintf("the health command did not finish within %s", timeout))
-	case errors.As(err, &ee):
-		fallback = fmt.Sprintf("the health command exited %d", exitCode(ee.ProcessState))
-	}
-	return Reason(bytes.TrimSpace(out.b), fallback)
+	return Reason(bytes.TrimSpace(out.b), fmt.Sprintf("the health command exited %d", exitCode(ps)))
 }
 
 // runHealthCmd runs the health command once, in the work dir, with the agent's environment
@@ -115,7 +124,7 @@ func (a *Agent) runHealthCmd() string {
 		}
 	}
 	env = append(env, "MEDIATOR_NODE_ID="+a.cfg.NodeID, "MEDIATOR_WORK_DIR="+a.cfg.WorkDir)
-	return RunHealthCmd(a.cfg.HealthCmd, a.cfg.WorkDir, env, HealthTimeout(a.cfg.HealthEvery))
+	return a.groups.RunHealthCmd(a.healthCtx, a.cfg.HealthCmd, a.cfg.WorkDir, env, HealthTimeout(a.cfg.HealthEvery))
 }
 
 // healthDue: the health command's last run began --health-every ago or more.
