@@ -16,8 +16,9 @@ import (
 
 func agentCommand(a *app) *cobra.Command {
 	var (
-		cfg                 agent.Config
-		logFormat, logLevel string
+		cfg                      agent.Config
+		logFormat, logLevel      string
+		minFree, keepOutputBytes string
 	)
 	cmd := &cobra.Command{
 		Use:     "agent [--node-id ID] [--labels k=v,k2] [--labels-file F] [--work-dir D]",
@@ -31,8 +32,8 @@ of its own, in a fresh directory under --work-dir. It reports each started, then
 failed (with the exit code; 128 + the signal for a killed process) or cancelled, with the last
 lines of its combined output as the message (whole lines, at most 4 KiB: the error a script
 printed last is what the run shows) and the last 64 KiB as the output. Every step's whole
-output stays under --work-dir/output, one file per run, step and attempt, the newest
---keep-outputs kept.
+output stays under --work-dir/output, one file per run, step and attempt: the newest kept, at
+most --keep-outputs files and --keep-output-bytes in all, the oldest removed first.
 
 In a stack that keeps logs, the agent also streams each step's output, as it runs, to S3
 through the presigned URLs the API gives the node holding the step's lease: numbered chunks,
@@ -49,7 +50,23 @@ A step's spec, as the agent reads it:
   "env": {"NAME": "value"}               added to its environment
   "workdir": "/srv/board"                an existing directory to run in instead of a fresh one
   "timeout_seconds": 600                 killed past it (SIGTERM, SIGKILL after --cancel-grace)
+  "infra_exit_codes": [75]               exit codes by which its scripts say the machine, not
+                                         the test, failed (1 to 255, at most 32)
 Any other field, or neither cmd nor argv, fails the step saying why.
+
+A failed step is reported as the machine's failure ("infra"), which counts against the node's
+health — a node with NODE_QUARANTINE_AFTER of them in a row is quarantined — when the machine
+could not run it: its program (argv[0]) or its workdir does not exist on this node; its
+directory, output file, process group or cgroup could not be made, or its process could not
+be spawned (a full disk, no memory); it failed while the filesystem of the work dir, or of its
+workdir, had less room than --min-free asks; it exited with one of its infra_exit_codes; or
+the node's own checks (below) failed when it was to start, and it was not run. Every other
+failure is the test's and never counts: a spec the agent cannot read (the submitter's
+mistake), a timeout, a bad MEDIATOR_OUTPUTS, any other exit, and a step the lease guard
+dropped (lease_lost: the agent cannot tell its own network from an outage of the API, and the
+API counts a lease that was lost itself). A cmd runs through /bin/sh: a command missing there
+is the shell's exit 127, which counts against the machine only when infra_exit_codes lists
+127.
 
 A step's environment is the agent's, without its MEDIATOR_ variables, then the spec's env, then:
   MEDIATOR_RUN_ID, MEDIATOR_STEP_ID, MEDIATOR_ROLE, MEDIATOR_NODE_ID, MEDIATOR_ATTEMPT
@@ -65,6 +82,25 @@ Names are upper-cased, every character but A-Z and 0-9 made "_"; two names that 
 one variable (roles "dut" and "DUT", outputs "a-b" and "a_b") fail the step before it starts.
 MEDIATOR_OUTPUTS is read only as the regular file the agent made: a FIFO, device or link there
 fails the step.
+
+The agent checks its own machine, and quarantines its node itself while a check fails: its
+heartbeats say unhealthy, with the reason, and the node takes no new lease; once every check
+passes again, its heartbeat lifts that quarantine (never an admin's or the system's). The
+checks:
+  room under --work-dir   free space below --min-free — by default 1 GiB or 5 % of the
+                          filesystem, whichever is smaller — or free inodes below 65,536 or
+                          5 % of them, whichever is smaller; --min-free 10% makes 10 % the one
+                          limit for both, --min-free 2GiB the space's, 0 turns it off. Looked at
+                          with every heartbeat and before every step.
+  --health-cmd CMD        run by /bin/sh -c in the work dir (MEDIATOR_NODE_ID and
+                          MEDIATOR_WORK_DIR set): at the start, before the first heartbeat;
+                          every --health-every while no step runs; and before a step when its
+                          last run is older than that (the node idle, or busy, that long), the
+                          step waiting for it. It fails by exiting non-zero, or by running past
+                          --health-every (within 5 s to 1 min); the reason is the last line of
+                          its output (printable, at most 512 bytes).
+A step that was to start while a check fails is not run: it is reported failed, infra, saying
+why.
 
 The lease is the guard: if the agent cannot renew it in time (the API unreachable, or
 answering 503), it kills its steps' processes max(2 s, TTL/10) before the lease may expire —
@@ -107,6 +143,19 @@ without stopping the agent.`,
 			if cfg.KeepOutputs < 1 {
 				return usagef("--keep-outputs must be at least 1")
 			}
+			n, err := agent.ParseSize(keepOutputBytes)
+			if err != nil {
+				return usagef("--keep-output-bytes: %v", err)
+			}
+			cfg.KeepOutputBytes = int64(n)
+			if cfg.MinFree = agent.DefaultMinFree; minFree != "" {
+				if cfg.MinFree, err = agent.ParseMinFree(minFree); err != nil {
+					return usagef("--min-free: %v", err)
+				}
+			}
+			if cfg.HealthEvery <= 0 {
+				return usagef("--health-every must be positive")
+			}
 			switch cfg.Cgroups {
 			case agent.CgroupsAuto, agent.CgroupsOn, agent.CgroupsOff:
 			default:
@@ -143,6 +192,10 @@ without stopping the agent.`,
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "where steps run and their output stays (default: /var/lib/mediator as root, else ~/.local/state/mediator)")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "between SIGTERM and SIGKILL for a cancelled or timed-out step")
 	f.IntVar(&cfg.KeepOutputs, "keep-outputs", 500, "how many step output files to keep")
+	f.StringVar(&keepOutputBytes, "keep-output-bytes", "2GiB", "how many bytes of step output files to keep in all, the oldest removed first (0: no bound)")
+	f.StringVar(&minFree, "min-free", "", "the least room under --work-dir before the node quarantines itself: SIZE, PCT% or 0 for no check (default: 1GiB or 5%, whichever is smaller)")
+	f.StringVar(&cfg.HealthCmd, "health-cmd", "", "a command checking this machine (sh -c): while it fails, the node quarantines itself")
+	f.DurationVar(&cfg.HealthEvery, "health-every", 5*time.Minute, "how often --health-cmd runs while the node is idle, and how old its last run may be when a step starts")
 	f.StringVar(&cfg.Cgroups, "cgroups", agent.CgroupsAuto, "track steps by cgroup v2: auto (when the agent's own cgroup allows it), on (refuse to start without), off")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -51,9 +51,12 @@ func queueCommand(a *app) *cobra.Command {
 func nodesCommand(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "nodes",
-		Short:   "List the fleet's nodes (admins)",
+		Short:   "List the fleet's nodes: state, health, drain, the run each holds (admins)",
 		GroupID: "fleet",
-		Args:    noArgs,
+		Long: `List the fleet's nodes. HEALTH is healthy, suspect (infra failures in a row: INFRA) or
+quarantined (it takes no new lease), WHY the reason and who quarantined it; DRAIN who drains
+it; RUN the run whose lease it holds. mediator node ID shows one with its history.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			api, err := a.client(cmd.Context())
 			if err != nil {
@@ -71,10 +74,19 @@ func nodesCommand(a *app) *cobra.Command {
 				fmt.Fprintln(a.stdout, "no nodes")
 				return nil
 			}
+			l, err := api.ListLeases(cmd.Context())
+			if err != nil {
+				return err
+			}
+			held := map[string]string{}
+			for _, lease := range l.Leases {
+				held[lease.NodeID] = lease.RunID
+			}
 			now := a.now()
-			t := &table{header: []string{"NODE", "STATE", "LABELS", "BOOT", "LAST SEEN"}, coloured: []int{1}}
+			t := &table{header: []string{"NODE", "STATE", "HEALTH", "INFRA", "DRAIN", "RUN", "LABELS", "BOOT", "LAST SEEN", "WHY"}, coloured: []int{1, 2}}
 			for _, node := range n.Nodes {
-				t.add(node.NodeID, node.State, strings.Join(node.Labels, ","), node.BootID, ago(node.LastSeenAt, now))
+				t.add(node.NodeID, node.State, healthOf(node), fmt.Sprint(node.InfraFailures), drainCell(node), held[node.NodeID],
+					strings.Join(node.Labels, ","), node.BootID, ago(node.LastSeenAt, now), whyCell(node))
 			}
 			t.write(a.stdout, a.colour(a.stdoutTTY))
 			return nil

@@ -37,11 +37,11 @@ func paint(code, s string) string { return "\x1b[" + code + "m" + s + "\x1b[0m" 
 // stateColour is the colour of a run, step or node state.
 func stateColour(state string) string {
 	switch state {
-	case wire.Succeeded, wire.NodeIdle, "yes":
+	case wire.Succeeded, wire.NodeIdle, "yes", client.HealthHealthy:
 		return green
-	case wire.Failed, wire.NodeOffline, "no":
+	case wire.Failed, wire.NodeOffline, "no", client.HealthQuarantined:
 		return red
-	case wire.Cancelled, wire.NodeDraining:
+	case wire.Cancelled, wire.NodeDraining, client.HealthSuspect:
 		return yellow
 	case wire.Running, wire.NodeLeased:
 		return cyan

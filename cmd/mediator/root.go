@@ -82,7 +82,8 @@ type oauthFlags struct {
 // commands are the subcommands, each built on the app's global flags and client.
 var commands = []func(*app) *cobra.Command{
 	submitCommand, runsCommand, runCommand, logsCommand, cancelCommand, priorityCommand,
-	queueCommand, nodesCommand, leasesCommand, drainCommand, undrainCommand,
+	queueCommand, nodesCommand, nodeCommand, leasesCommand, drainCommand, undrainCommand,
+	quarantineCommand, unquarantineCommand, healthCheckCommand,
 	agentCommand, versionCommand,
 }
 
@@ -94,8 +95,9 @@ func newRoot(a *app) *cobra.Command {
 		Short: "Submit and follow runs on Mediator, look at its queue and fleet, and put a machine to work",
 		Long: `mediator talks to a Mediator API: it submits runs (YAML or JSON, the body POST /v1/runs
 takes) and follows them to their end, lists and inspects runs, prints and follows their steps'
-logs, cancels them, and shows the queue, the fleet and the leases. mediator agent makes this
-machine a node that runs steps.
+logs, cancels them, and shows the queue, the fleet and the leases; admins quarantine nodes and
+register the health checks that bring them back. mediator agent makes this machine a node that
+runs steps.
 
 The API is --url (or MEDIATOR_URL; ` + defaultURL + `, what make dev serves). Credentials
 are one of:

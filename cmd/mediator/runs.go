@@ -105,6 +105,15 @@ func (a *app) printPagesJSON(pages []*client.RunPage, all bool) error {
 func (a *app) printRuns(pages []*client.RunPage) {
 	now := a.now()
 	t := &table{header: []string{"RUN ID", "STATE", "REASON", "ATTEMPT", "STEPS", "WHERE", "CREATED", "ENDED"}, coloured: []int{1}}
+	// A KIND column only when a run is not a plain one (a health check): most listings have none.
+	kinds := false
+	for _, p := range pages {
+		kinds = kinds || slices.ContainsFunc(p.Runs, func(r client.Run) bool { return otherKind(r) })
+	}
+	if kinds {
+		t.header = slices.Insert(t.header, 1, "KIND")
+		t.coloured = []int{2}
+	}
 	for _, p := range pages {
 		for _, r := range p.Runs {
 			where := roles(r.Assigned)
@@ -113,8 +122,16 @@ func (a *app) printRuns(pages []*client.RunPage) {
 			} else if wire.Final(r.State) {
 				where = ""
 			}
-			t.add(r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
-				fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps)), where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now))
+			cells := []string{r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
+				fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps)), where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now)}
+			if kinds {
+				kind := ""
+				if otherKind(r) {
+					kind = r.Kind
+				}
+				cells = slices.Insert(cells, 1, kind)
+			}
+			t.add(cells...)
 		}
 	}
 	if len(t.rows) == 0 {
@@ -168,10 +185,17 @@ func runCommand(a *app) *cobra.Command {
 	return cmd
 }
 
+// otherKind: the run is not a plain one a client submitted (a health check).
+func otherKind(r client.Run) bool { return r.Kind != "" && r.Kind != client.KindRun }
+
 func (a *app) printRun(d *client.RunDetail, owner string) {
 	w, r, now := a.stdout, d.Run, a.now()
 	colour := a.colour(a.stdoutTTY)
-	fmt.Fprintf(w, "run %s: %s", visible(r.RunID), colourState(colour, r.State)+reasonSuffix(r))
+	kind := ""
+	if otherKind(r) {
+		kind = " (" + visible(r.Kind) + ")"
+	}
+	fmt.Fprintf(w, "run %s%s: %s", visible(r.RunID), kind, colourState(colour, r.State)+reasonSuffix(r))
 	if r.State == wire.Queued {
 		fmt.Fprintf(w, " at queue position %s", position(r))
 	}

@@ -38,12 +38,20 @@ var (
 	opOpenAPI    = Operation{"GET", "/v1/openapi.json", nil, []int{200}, "OpenAPI"}
 	opLogURLs    = Operation{"POST", "/v1/runs/{run_id}/steps/{step_id}/log-urls", nil, []int{200}, "LogURLs"}
 	opStepLog    = Operation{"GET", "/v1/runs/{run_id}/steps/{step_id}/log", []string{"attempt", "owner", "from"}, []int{200}, "StepLog"}
+	opGetNode    = Operation{"GET", "/v1/nodes/{node_id}", nil, []int{200}, "GetNode"}
+	opQuarantine = Operation{"POST", "/v1/nodes/{node_id}/quarantine", nil, []int{200}, "Quarantine"}
+	opUnquaran   = Operation{"DELETE", "/v1/nodes/{node_id}/quarantine", nil, []int{200}, "Unquarantine"}
+	opPutCheck   = Operation{"PUT", "/v1/health-checks/{name}", nil, []int{200, 201}, "PutHealthCheck"}
+	opGetCheck   = Operation{"GET", "/v1/health-checks/{name}", nil, []int{200}, "GetHealthCheck"}
+	opListChecks = Operation{"GET", "/v1/health-checks", nil, []int{200}, "ListHealthChecks"}
+	opDelCheck   = Operation{"DELETE", "/v1/health-checks/{name}", nil, []int{200}, "DeleteHealthCheck"}
 )
 
 // Operations is every route this client calls.
 var Operations = []Operation{
 	opSubmit, opDryRun, opListRuns, opGetRun, opCancel, opPriority, opReport, opHeartbeat, opRemoveNode,
 	opDrain, opUndrain, opListNodes, opListLeases, opQueue, opHealth, opOpenAPI, opLogURLs, opStepLog,
+	opGetNode, opQuarantine, opUnquaran, opPutCheck, opGetCheck, opListChecks, opDelCheck,
 }
 
 // call is the operation with its path parameters filled in, in the order the path names them,
@@ -277,6 +285,63 @@ func (c *Client) Undrain(ctx context.Context, nodeID string) (*NodeReply, error)
 func (c *Client) ListNodes(ctx context.Context) (*NodeList, error) {
 	out := &NodeList{}
 	return out, c.do(ctx, opListNodes.call(), out)
+}
+
+// GetNode reads one node with its recent health changes and leases, newest first (admins).
+func (c *Client) GetNode(ctx context.Context, nodeID string) (*NodeDetail, error) {
+	out := &NodeDetail{}
+	return out, c.do(ctx, opGetNode.call(nodeID), out)
+}
+
+// Quarantine takes a node out of scheduling (admins): it finishes the lease it holds and
+// takes no other until an admin lifts the quarantine. Quarantining twice is harmless.
+func (c *Client) Quarantine(ctx context.Context, nodeID, reason string) (*NodeReply, error) {
+	body, err := json.Marshal(QuarantineRequest{Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	out := &NodeReply{}
+	k := opQuarantine.call(nodeID)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// Unquarantine lifts a node's quarantine (admins): the health check that applies to it runs
+// first, or, where none does, the node is healthy again.
+func (c *Client) Unquarantine(ctx context.Context, nodeID string) (*NodeReply, error) {
+	out := &NodeReply{}
+	return out, c.do(ctx, opUnquaran.call(nodeID), out)
+}
+
+// PutHealthCheck registers the health check name, or replaces it (admins). check is a
+// HealthCheckRequest, a map, or the JSON bytes of one.
+func (c *Client) PutHealthCheck(ctx context.Context, name string, check any) (*HealthCheckReply, error) {
+	body, err := encode(check)
+	if err != nil {
+		return nil, err
+	}
+	out := &HealthCheckReply{}
+	k := opPutCheck.call(name)
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// GetHealthCheck reads one health check (admins).
+func (c *Client) GetHealthCheck(ctx context.Context, name string) (*HealthCheckReply, error) {
+	out := &HealthCheckReply{}
+	return out, c.do(ctx, opGetCheck.call(name), out)
+}
+
+// ListHealthChecks reads every health check (admins).
+func (c *Client) ListHealthChecks(ctx context.Context) (*HealthCheckList, error) {
+	out := &HealthCheckList{}
+	return out, c.do(ctx, opListChecks.call(), out)
+}
+
+// DeleteHealthCheck removes a health check (admins); runs of it already placed go on.
+func (c *Client) DeleteHealthCheck(ctx context.Context, name string) (*HealthCheckReply, error) {
+	out := &HealthCheckReply{}
+	return out, c.do(ctx, opDelCheck.call(name), out)
 }
 
 // ListLeases reads every lease held (admins).

@@ -125,6 +125,21 @@ func HasCode(err error, code string) bool {
 	return errors.As(err, &ae) && ae.Code == code
 }
 
+// NamesField reports whether err is a 400 that finds fault with the request's field at path:
+// a field an older API does not know is one ("unknown field").
+func NamesField(err error, path string) bool {
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		return false
+	}
+	for _, f := range ae.Errors {
+		if f.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeError turns a non-success answer into an Error. A problem+json body gives every
 // field; anything else still gives the status, and a detail from a {"message": ...} body (API
 // Gateway's) or the body's text.

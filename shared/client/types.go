@@ -21,7 +21,10 @@ type Reply struct {
 
 // Run is a run as clients see it.
 type Run struct {
-	RunID               string            `json:"run_id"`
+	RunID string `json:"run_id"`
+	// Kind is what the run is for: KindRun (submitted by a client) or KindHealthCheck (a
+	// health check Mediator placed on one node).
+	Kind                string            `json:"kind"`
 	State               string            `json:"state"`
 	Reason              *string           `json:"reason"`
 	Priority            int               `json:"priority"` // 0 to 100, higher first
@@ -46,6 +49,12 @@ type Run struct {
 	Owner string `json:"owner,omitempty"`
 	Key   string `json:"key,omitempty"`
 }
+
+// Kinds of run.
+const (
+	KindRun         = "run"
+	KindHealthCheck = "health_check"
+)
 
 // ReasonText is the run's reason, or "".
 func (r Run) ReasonText() string {
@@ -214,6 +223,10 @@ type HeartbeatRequest struct {
 	BootID   string   `json:"boot_id"`
 	Labels   []string `json:"labels"` // [] for none; never null
 	Draining bool     `json:"draining"`
+	// Unhealthy, when set, is why the node's own checks fail (at most 512 printable
+	// characters): the node quarantines itself with that reason. Left out by a node that
+	// quarantined itself, it lifts that quarantine; an admin's or the system's stays.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // HeartbeatReply is what the node is told: itself as recorded, its lease, its steps, and when
@@ -237,6 +250,80 @@ type NodeInfo struct {
 	// DrainRequestedBy is the admin who drained the node, nil when no admin did.
 	DrainRequestedBy *string   `json:"drain_requested_by"`
 	LastSeenAt       time.Time `json:"last_seen_at"`
+	// Health is HealthHealthy, HealthSuspect or HealthQuarantined; a quarantined node takes no
+	// new lease. HealthReason says why it is not healthy (nil when it is), HealthSince since
+	// when it is in this state.
+	Health       string    `json:"health"`
+	HealthReason *string   `json:"health_reason"`
+	HealthSince  time.Time `json:"health_since"`
+	// InfraFailures counts the node's consecutive infrastructure failures (runs it failed with
+	// "infra" or lost), reset by a success on it.
+	InfraFailures int `json:"infra_failures"`
+	// QuarantinedBy is who quarantined the node: "self" (its agent's checks), "system" (its
+	// failures or a failed health check) or "admin:<id>"; nil when it is not quarantined.
+	QuarantinedBy *string `json:"quarantined_by"`
+	// HealthCheckDue: a health check is to run on the node before any other work.
+	HealthCheckDue bool `json:"health_check_due"`
+}
+
+// Health states of a node.
+const (
+	HealthHealthy     = "healthy"
+	HealthSuspect     = "suspect"
+	HealthQuarantined = "quarantined"
+)
+
+// NodeDetail is a node with its recent history (GET /v1/nodes/{node_id}, admins).
+type NodeDetail struct {
+	Reply   `json:"-"`
+	Node    NodeInfo    `json:"node"`
+	History []NodeEvent `json:"history"`
+}
+
+// NodeEvent is one line of a node's history, newest first: a change of its health (Kind
+// "health", From and To the states) or a lease it held (Kind "lease", RunID the run).
+type NodeEvent struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"`
+	From   *string   `json:"from"`
+	To     *string   `json:"to"`
+	Reason *string   `json:"reason"`
+	RunID  *string   `json:"run_id"`
+}
+
+// QuarantineRequest is an admin's quarantine of a node (POST /v1/nodes/{node_id}/quarantine).
+type QuarantineRequest struct {
+	Reason string `json:"reason"`
+}
+
+// HealthCheckRequest registers a health check (PUT /v1/health-checks/{name}): the nodes it
+// applies to (Needs), its steps (as a one-role run's), and how often it runs on a healthy node
+// (EverySeconds; 0 for only when a node is suspect or its quarantine is lifted).
+type HealthCheckRequest struct {
+	Needs        []string      `json:"needs"`
+	Steps        []StepRequest `json:"steps"`
+	EverySeconds int           `json:"every_seconds,omitzero"`
+}
+
+// HealthCheck is a registered health check.
+type HealthCheck struct {
+	Name         string        `json:"name"`
+	Needs        []string      `json:"needs"`
+	Steps        []StepRequest `json:"steps"`
+	EverySeconds *int          `json:"every_seconds"`
+}
+
+// HealthCheckReply is one health check: as PUT stored it, as GET reads it, or as DELETE
+// removed it.
+type HealthCheckReply struct {
+	Reply       `json:"-"`
+	HealthCheck HealthCheck `json:"health_check"`
+}
+
+// HealthCheckList is every registered health check (GET /v1/health-checks).
+type HealthCheckList struct {
+	Reply        `json:"-"`
+	HealthChecks []HealthCheck `json:"health_checks"`
 }
 
 // HeldLease is a node's lease as the node sees it: its reports are fenced by Epoch.
@@ -274,10 +361,20 @@ type ReportRequest struct {
 	// Outputs go with a succeeded report only: string values under keys matching
 	// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, at most 4 KiB of compact JSON.
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// Failure goes with a failed report: FailureInfra when the machine could not run the step
+	// (it counts against the node's health), FailureTest — the default, left out — when the
+	// step ran and failed (it never does).
+	Failure string `json:"failure,omitempty"`
 	// Log goes with a terminal report (succeeded, failed, cancelled): the step's log of this
 	// attempt as the agent stored it, every try, cap applied.
 	Log *LogSummary `json:"log,omitempty"`
 }
+
+// Kinds of failure a failed report gives.
+const (
+	FailureTest  = "test"
+	FailureInfra = "infra"
+)
 
 // LogSummary is what a terminal report says of the step's log: its size and SHA-256 (lower-case
 // hex) as stored — the bytes a reader gets by joining the chunks in order — and whether every

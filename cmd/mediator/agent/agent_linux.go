@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,9 @@ type Agent struct {
 	environ []string
 	events  chan any
 	logs    attemptLogs // the step logs of the attempts run here
+	// oldAPI is set once the API refused a report's failure kind as a field it does not know:
+	// reports go without one from then on.
+	oldAPI atomic.Bool
 
 	// The rest is the loop's alone.
 	labels   []string
@@ -55,7 +59,29 @@ type Agent struct {
 		seen  bool   // the API says the node drains
 		by    string // the admin who drained it, "" for the node itself
 	}
-	exit int // <0 while running
+	health selfCheck
+	// healthCtx ends with the loop: a health command still running then is killed.
+	healthCtx context.Context
+	endHealth context.CancelFunc
+	// noUnhealthy: the API refused a heartbeat's unhealthy as a field it does not know, and
+	// heartbeats go without it (the node cannot quarantine itself there).
+	noUnhealthy bool
+	// seenHealth is the node's health as the API last showed it, for the log.
+	seenHealth, seenHealthBy string
+	exit                     int // <0 while running
+}
+
+// selfCheck is the loop's record of the agent's own checks of its machine: the work dir's room
+// (a statfs, at every heartbeat and before every step) and the health command (in a goroutine
+// of its own, never while a step runs).
+type selfCheck struct {
+	reason  string // what the heartbeats carry as unhealthy; "" while every check passes
+	disk    string // the work dir's check
+	cmd     string // the health command's last verdict
+	running bool   // a run of the health command is under way
+	last    time.Time
+	timer   *time.Timer
+	waiting bool // steps wait for the run under way
 }
 
 // stopping is how far the agent has gone in stopping: each SIGINT or SIGTERM takes it one state
@@ -94,11 +120,15 @@ type lease struct {
 // Messages to the loop.
 type (
 	heartbeatDone struct {
-		reply *client.HeartbeatReply
-		err   error
-		sent  uint64    // seq when it was sent
-		start time.Time // when it was sent
-		drain bool      // it said draining
+		reply     *client.HeartbeatReply
+		err       error
+		sent      uint64    // seq when it was sent
+		start     time.Time // when it was sent
+		drain     bool      // it said draining
+		unhealthy bool      // it said unhealthy
+	}
+	healthDone struct {
+		reason string
 	}
 	runnerDone struct {
 		r      *runner
@@ -157,7 +187,7 @@ func start(cfg Config) (*Agent, int) {
 	}
 	a.log = log.With("boot", a.boot)
 	a.groups = newGroups(dirs["pgroups"], a.log)
-	a.out = &outputs{dir: dirs["output"], keep: max(cfg.KeepOutputs, 1), busy: map[string]int{}}
+	a.out = &outputs{dir: dirs["output"], keep: max(cfg.KeepOutputs, 1), keepBytes: cfg.KeepOutputBytes, busy: map[string]int{}}
 	a.log.Info("agent starting", "node", cfg.NodeID, "labels", labels, "work_dir", cfg.WorkDir, "api", cfg.API.Base())
 	if err := BecomeSubreaper(); err != nil {
 		a.log.Warn("cannot become a child subreaper: orphans of a step are left to init", "error", err.Error())
@@ -182,6 +212,17 @@ func start(cfg Config) (*Agent, int) {
 				"process group (setsid, a daemon) outlives a crash of the agent", "why", err.Error())
 		}
 	}
+	// The first heartbeat says already what the checks find: a machine that fails them takes
+	// no lease.
+	a.healthCtx, a.endHealth = context.WithCancel(context.Background())
+	a.health.timer = time.NewTimer(time.Hour)
+	a.health.timer.Stop()
+	if cfg.HealthCmd != "" {
+		a.health.last = time.Now()
+		a.health.cmd = a.runHealthCmd()
+		a.health.timer.Reset(cfg.HealthEvery)
+	}
+	a.updateHealth(false)
 	// Nothing of a previous boot's steps is used again.
 	if entries, err := os.ReadDir(a.steps); err == nil {
 		for _, e := range entries {
@@ -235,6 +276,8 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 			a.heartbeat()
 		case <-a.guard.C:
 			a.guardFired()
+		case <-a.health.timer.C:
+			a.healthTick()
 		case <-a.hardStop:
 			a.log.Error("stopping now: the steps had their grace; killing what is left and exiting", "steps", len(a.runners))
 			a.killAll()
@@ -245,12 +288,15 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 				a.heartbeatDone(ev)
 			case runnerDone:
 				a.runnerDone(ev)
+			case healthDone:
+				a.healthDone(ev)
 			}
 		case s := <-sigs:
 			a.signal(s)
 		}
 		a.checkExit()
 	}
+	a.endHealth()
 	if a.cgroups != nil {
 		a.cgroups.release()
 	}
@@ -317,14 +363,18 @@ func (a *Agent) heartbeat() {
 		return
 	}
 	a.hb.inFlight = true
+	a.updateHealth(false)
 	req := client.HeartbeatRequest{BootID: a.boot, Labels: a.labels, Draining: a.stopping != working}
+	if !a.noUnhealthy {
+		req.Unhealthy = a.health.reason
+	}
 	sent, timeout := a.seq, HeartbeatTimeout(a.interval)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := time.Now()
 		rep, err := a.api.Heartbeat(ctx, a.cfg.NodeID, req)
-		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, drain: req.Draining}
+		a.events <- heartbeatDone{reply: rep, err: err, sent: sent, start: start, drain: req.Draining, unhealthy: req.Unhealthy != ""}
 	}()
 }
 
@@ -334,6 +384,14 @@ func (a *Agent) heartbeatDone(d heartbeatDone) {
 	a.hb.inFlight = false
 	if d.drain {
 		a.drain.heard = true
+	}
+	if d.err != nil && d.unhealthy && client.NamesField(d.err, "unhealthy") {
+		// An API older than this agent: it goes on heartbeating, unable to quarantine itself;
+		// the steps it is given while unhealthy are still refused, as the machine's failures.
+		a.log.Error("the API does not take a node's unhealthy reason: heartbeating without it; the node is not quarantined", "reason", a.health.reason)
+		a.noUnhealthy = true
+		a.hb.timer.Reset(0)
+		return
 	}
 	if d.err != nil {
 		a.hb.failures++
@@ -361,6 +419,7 @@ func (a *Agent) heartbeatDone(d heartbeatDone) {
 	}
 	a.log.Debug("heartbeat answered", "lease", hb.Lease, "steps", len(hb.Steps), "draining", hb.Node.Draining)
 	a.noteDrain(hb.Node)
+	a.noteHealth(hb.Node)
 	a.reconcile(d)
 	next := a.interval - time.Since(d.start)
 	if a.hb.again {
@@ -582,6 +641,9 @@ func (a *Agent) consider(steps []client.NodeStep, sent *uint64) {
 			// report whose answer was lost). Say so, rather than leave it RUNNING.
 			a.run(st, reportLost)
 		case st.State == wire.Pending && st.Runnable && a.mayStart():
+			if a.healthFirst() {
+				continue // the health command runs first; its end heartbeats, which lists the step again
+			}
 			a.run(st, runStep)
 		}
 	}
@@ -589,7 +651,7 @@ func (a *Agent) consider(steps []client.NodeStep, sent *uint64) {
 
 func (a *Agent) run(st client.NodeStep, mode runMode) {
 	r := &runner{a: a, step: st, key: st.RunID + "/" + st.StepID, epoch: a.lease.epoch, mode: mode,
-		kills: make(chan stopReason, 4)}
+		kills: make(chan stopReason, 4), unhealthy: a.health.reason}
 	r.log = a.log.With("run", st.RunID, "step", st.StepID, "attempt", st.Attempt)
 	a.runners[r.key] = r
 	go r.run()
@@ -629,6 +691,10 @@ func (a *Agent) runnerDone(d runnerDone) {
 	}
 	if len(a.runners) == 0 && a.lease == nil {
 		a.killStrays("the lease ended")
+		a.updateHealth(true) // a step may have filled the disk: say so before the next lease
+		if a.healthDue() {
+			a.startHealthCmd() // before the next lease, not in the midst of one
+		}
 	}
 	if a.stopping == draining && len(a.runners) == 0 {
 		a.heartbeatNow() // is the lease released? Then the drain is over.

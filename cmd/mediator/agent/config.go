@@ -27,8 +27,19 @@ type Config struct {
 	CancelGrace time.Duration
 	// KeepOutputs is how many step output files are kept under the work dir.
 	KeepOutputs int
+	// KeepOutputBytes bounds the total size of the step output files kept; 0 is no bound.
+	KeepOutputBytes int64
 	// Cgroups is how steps are tracked: CgroupsAuto, CgroupsOn or CgroupsOff.
 	Cgroups string
+	// HealthCmd, when set, is the machine's own health check, run by /bin/sh -c every
+	// HealthEvery while no step runs, and before a step when the last run is older than that:
+	// while it fails, the node quarantines itself with the last line of its output as the
+	// reason.
+	HealthCmd   string
+	HealthEvery time.Duration
+	// MinFree is the least room the work dir's filesystem may have before the node
+	// quarantines itself.
+	MinFree MinFree
 	API     *client.Client
 	Log     *slog.Logger
 }

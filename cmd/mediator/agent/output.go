@@ -17,10 +17,12 @@ import (
 )
 
 // outputs keeps every step's full output on the node, one file per run, step and attempt
-// (a retry within the attempt appends to it), and only the newest files.
+// (a retry within the attempt appends to it), and only the newest files: at most keep of them,
+// and at most keepBytes in all (0: no bound), so that the outputs cannot fill the disk.
 type outputs struct {
-	dir  string
-	keep int
+	dir       string
+	keep      int
+	keepBytes int64
 
 	mu   sync.Mutex
 	busy map[string]int // files being written, never rotated away
@@ -52,9 +54,8 @@ func (o *outputs) open(runID, stepID string, attempt int, header string) (f *os.
 	}
 	o.mu.Lock()
 	o.busy[name]++
-	busy := names(o.busy)
 	o.mu.Unlock()
-	_ = Rotate(o.dir, o.keep, busy)
+	o.rotate()
 	return f, begin, begin + int64(len(header)), nil
 }
 
@@ -78,15 +79,24 @@ func openOutput(path string) (*os.File, error) {
 	return nil, fmt.Errorf("%s: something keeps replacing it with what is not a regular file", path)
 }
 
-// done marks a step's output file as no longer written.
+// done marks a step's output file as no longer written, and rotates: a step that wrote much
+// must not leave the outputs over their bound until the next one starts.
 func (o *outputs) done(f *os.File) {
 	name := filepath.Base(f.Name())
 	_ = f.Close()
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.busy[name]--; o.busy[name] <= 0 {
 		delete(o.busy, name)
 	}
+	o.mu.Unlock()
+	o.rotate()
+}
+
+func (o *outputs) rotate() {
+	o.mu.Lock()
+	busy := names(o.busy)
+	o.mu.Unlock()
+	_ = Rotate(o.dir, o.keep, o.keepBytes, busy)
 }
 
 func names(m map[string]int) map[string]bool {
@@ -98,8 +108,9 @@ func names(m map[string]int) map[string]bool {
 }
 
 // Rotate removes the oldest output files of dir (by when they were last written) beyond the
-// newest keep, sparing those still being written.
-func Rotate(dir string, keep int, busy map[string]bool) error {
+// newest keep, or beyond maxBytes in all (0: no bound), sparing those still being written,
+// which count towards both.
+func Rotate(dir string, keep int, maxBytes int64, busy map[string]bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -107,27 +118,35 @@ func Rotate(dir string, keep int, busy map[string]bool) error {
 	type file struct {
 		name string
 		mod  int64
+		size int64
 	}
 	var files []file
+	var busyBytes int64
 	for _, e := range entries {
-		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".log") || busy[e.Name()] {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".log") {
 			continue
 		}
 		fi, err := e.Info()
 		if err != nil {
 			continue
 		}
-		files = append(files, file{e.Name(), fi.ModTime().UnixNano()})
+		if busy[e.Name()] {
+			busyBytes += fi.Size()
+			continue
+		}
+		files = append(files, file{e.Name(), fi.ModTime().UnixNano(), fi.Size()})
 	}
 	keep = max(keep-len(busy), 0)
-	if len(files) <= keep {
-		return nil
-	}
 	slices.SortFunc(files, func(a, b file) int {
 		return cmp.Or(cmp.Compare(b.mod, a.mod), strings.Compare(b.name, a.name))
 	})
+	kept, total := 0, busyBytes
+	for kept < len(files) && kept < keep && (maxBytes <= 0 || total+files[kept].size <= maxBytes) {
+		total += files[kept].size
+		kept++
+	}
 	var first error
-	for _, f := range files[keep:] {
+	for _, f := range files[kept:] {
 		if err := os.Remove(filepath.Join(dir, f.name)); err != nil && !os.IsNotExist(err) && first == nil {
 			first = err
 		}

@@ -34,7 +34,7 @@ func TestRotateKeepsTheNewest(t *testing.T) {
 		t.Fatal(err)
 	}
 	// s0 is the oldest but being written: it stays, and counts among those kept.
-	if err := Rotate(dir, 3, map[string]bool{names[0]: true}); err != nil {
+	if err := Rotate(dir, 3, 0, map[string]bool{names[0]: true}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -46,6 +46,48 @@ func TestRotateKeepsTheNewest(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(left, want) {
 		t.Fatalf("left %v, want %v", left, want)
+	}
+}
+
+// The outputs kept are bounded by their total size as well: the oldest go first until the rest
+// fit, a file being written counting towards the bound and never removed.
+func TestRotateKeepsTheNewestThatFitTheBytes(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	var names []string
+	for i, size := range []int{100, 10, 40, 30, 20} {
+		name := OutputFile("run", fmt.Sprintf("s%d", i), 1)
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(strings.Repeat("x", size)), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		at := base.Add(time.Duration(i) * time.Minute)
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	// s0 (100 bytes, the oldest) is being written: it stays and leaves 60 of the 160 bytes;
+	// s4 (20) and s3 (30) fit them, s2 (40) would not, and it and all older go.
+	if err := Rotate(dir, 100, 160, map[string]bool{names[0]: true}); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{names[0], names[3], names[4]}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
+	}
+	// A newest file over the bound by itself goes too, once it is written.
+	if err := Rotate(dir, 100, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("left %v, want none", entries)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 //	"env": {"NAME": "value"}                    added to the step's environment
 //	"workdir": "/srv/board"                     an existing directory to run in, instead of a fresh one
 //	"timeout_seconds": 600                      killed past it (SIGTERM to its group, SIGKILL after the grace)
+//	"infra_exit_codes": [75, 127]               exit codes that say the machine, not the test, failed
 //
 // Exactly one of cmd and argv; any other field is refused, so a misspelt one is not silently
 // ignored.
@@ -36,7 +37,14 @@ type Spec struct {
 	Workdir string
 	// Timeout is timeout_seconds, in seconds; 0 is none.
 	Timeout float64
+	// InfraExitCodes are the exit codes (1 to 255) by which the step's own scripts say the
+	// machine is broken rather than the code under test: a step that exits with one is reported
+	// an infra failure, which counts against the node's health.
+	InfraExitCodes []int
 }
+
+// MaxInfraExitCodes bounds infra_exit_codes, as the API does at submit.
+const MaxInfraExitCodes = 32
 
 // maxTimeoutSeconds bounds timeout_seconds to something a lease can be held for (a year).
 const maxTimeoutSeconds = 366 * 24 * 3600
@@ -59,14 +67,14 @@ func ParseSpec(raw json.RawMessage) (Spec, error) {
 	var unknown []string
 	for k := range fields {
 		switch k {
-		case "cmd", "argv", "env", "workdir", "timeout_seconds":
+		case "cmd", "argv", "env", "workdir", "timeout_seconds", "infra_exit_codes":
 		default:
 			unknown = append(unknown, strconv.Quote(k))
 		}
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		fail("unknown field %s (the agent reads cmd or argv, env, workdir, timeout_seconds)", strings.Join(unknown, ", "))
+		fail("unknown field %s (the agent reads cmd or argv, env, workdir, timeout_seconds, infra_exit_codes)", strings.Join(unknown, ", "))
 	}
 	present := func(k string) bool { v, ok := fields[k]; return ok && string(v) != "null" }
 	if present("cmd") {
@@ -117,6 +125,27 @@ func ParseSpec(raw json.RawMessage) (Spec, error) {
 	if present("timeout_seconds") {
 		if json.Unmarshal(fields["timeout_seconds"], &s.Timeout) != nil || s.Timeout <= 0 || s.Timeout > maxTimeoutSeconds || math.IsNaN(s.Timeout) {
 			fail("timeout_seconds must be a number of seconds above 0 and at most %d", maxTimeoutSeconds)
+		}
+	}
+	if present("infra_exit_codes") {
+		var codes []any
+		dec := json.NewDecoder(bytes.NewReader(fields["infra_exit_codes"]))
+		dec.UseNumber()
+		ok := dec.Decode(&codes) == nil && len(codes) <= MaxInfraExitCodes
+		seen := map[int64]bool{}
+		for _, c := range codes {
+			num, isNumber := c.(json.Number) // a string holding a number is not one
+			n, err := num.Int64()
+			if !isNumber || err != nil || n < 1 || n > wire.MaxExitCode || seen[n] {
+				ok = false
+				break
+			}
+			seen[n] = true
+			s.InfraExitCodes = append(s.InfraExitCodes, int(n))
+		}
+		if !ok {
+			s.InfraExitCodes = nil
+			fail("infra_exit_codes must be a list of at most %d distinct whole numbers from 1 to %d", MaxInfraExitCodes, wire.MaxExitCode)
 		}
 	}
 	if len(problems) > 0 {

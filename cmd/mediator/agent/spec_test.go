@@ -44,6 +44,17 @@ func TestParseSpec(t *testing.T) {
 		{`{"cmd": "x", "timeout_seconds": -1}`, Spec{}, "timeout_seconds must be"},
 		{`{"cmd": "x", "timeout_seconds": "10"}`, Spec{}, "timeout_seconds must be"},
 		{`{"cmd": "x", "timeout_seconds": 1e12}`, Spec{}, "timeout_seconds must be"},
+		{`{"cmd": "x", "infra_exit_codes": [75, 127, 255, 1]}`, Spec{Cmd: "x", InfraExitCodes: []int{75, 127, 255, 1}}, ""},
+		{`{"cmd": "x", "infra_exit_codes": []}`, Spec{Cmd: "x"}, ""},
+		{`{"cmd": "x", "infra_exit_codes": null}`, Spec{Cmd: "x"}, ""},
+		{`{"cmd": "x", "infra_exit_codes": [0]}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": [256]}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": [-1]}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": [3, 3]}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": [1.5]}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": ["3"]}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": 3}`, Spec{}, "infra_exit_codes must be"},
+		{`{"cmd": "x", "infra_exit_codes": [` + strings.Repeat("1,", 32) + `33]}`, Spec{}, "infra_exit_codes must be"},
 	} {
 		got, err := ParseSpec(json.RawMessage(tc.spec))
 		switch {
@@ -52,7 +63,7 @@ func TestParseSpec(t *testing.T) {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: want an error saying %q, got %v", tc.spec, tc.err, err)
 		case tc.err == "" && (got.Cmd != tc.want.Cmd || !slices.Equal(got.Argv, tc.want.Argv) || len(got.Env) != len(tc.want.Env) ||
-			got.Workdir != tc.want.Workdir || got.Timeout != tc.want.Timeout):
+			got.Workdir != tc.want.Workdir || got.Timeout != tc.want.Timeout || !slices.Equal(got.InfraExitCodes, tc.want.InfraExitCodes)):
 			t.Errorf("%s: got %+v, want %+v", tc.spec, got, tc.want)
 		}
 	}

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,9 @@ const (
 	reportLost                     // report a step nobody here runs as failed, lease_lost
 )
 
-// lostMessage is the message of a step killed because its lease could not be renewed.
+// lostMessage is the message of a step killed because its lease could not be renewed. Such a
+// failure is not reported as the machine's: the agent cannot tell its own network from an
+// outage of the API, and a lease that was in fact lost the API counts itself.
 const lostMessage = "lease_lost"
 
 // shutdownReportFor bounds how long a stopping agent keeps trying to report.
@@ -77,6 +80,9 @@ type runner struct {
 	logFirst *client.LogUpload
 	upload   *Uploader
 	sends    int // the tries the last report answered took
+	// unhealthy is why the node's own checks failed when the step was to start, "" when they
+	// passed: the step is then not run, and reported an infra failure saying why.
+	unhealthy string
 }
 
 // stop asks the runner to stop (loop goroutine); false when it was asked as much before.
@@ -121,7 +127,10 @@ func (r *runner) pause(d time.Duration) {
 
 // result is a step's last report.
 type result struct {
-	status   string
+	status string
+	// failure is a failed report's kind: client.FailureInfra when the machine could not run the
+	// step, "" for a test failure (the API's default).
+	failure  string
 	exitCode *int
 	message  string
 	output   string
@@ -158,8 +167,14 @@ func (r *runner) life() runnerDone {
 	}
 	spec, err := ParseSpec(r.step.Spec)
 	if err != nil {
+		// The submitter's mistake, not the machine's: a test failure.
 		r.log.Warn("a spec the agent cannot run", "error", err.Error())
 		return r.deliver(result{status: wire.ReportFailed, message: Text([]byte("the agent cannot run this spec: "+err.Error()), wire.MaxMessageBytes, false)})
+	}
+	if r.unhealthy != "" {
+		msg := fmt.Sprintf("not run: node %s is unhealthy, by its own checks: %s", r.a.cfg.NodeID, r.unhealthy)
+		r.log.Warn("the step is not run: the node is unhealthy", "reason", r.unhealthy)
+		return r.deliver(result{status: wire.ReportFailed, failure: client.FailureInfra, message: Text([]byte(msg), wire.MaxMessageBytes, false)})
 	}
 	return r.deliver(r.execute(spec))
 }
@@ -180,11 +195,15 @@ func (r *runner) before() result {
 // execute runs the step's process to its end and says what to report.
 func (r *runner) execute(spec Spec) result {
 	a, st := r.a, r.step
-	failed := func(format string, args ...any) result {
+	// What stops a step from starting is the machine's failing — its disk, its programs, its
+	// directories, its processes — unless the step's own names say otherwise (notOurs).
+	failedAs := func(failure, format string, args ...any) result {
 		msg := fmt.Sprintf(format, args...)
-		r.log.Warn("the step could not start", "error", msg)
-		return result{status: wire.ReportFailed, message: Text([]byte(msg), wire.MaxMessageBytes, false)}
+		r.log.Warn("the step could not start", "error", msg, "failure", cmp.Or(failure, client.FailureTest))
+		return result{status: wire.ReportFailed, failure: failure, message: Text([]byte(msg), wire.MaxMessageBytes, false)}
 	}
+	failed := func(format string, args ...any) result { return failedAs(client.FailureInfra, format, args...) }
+	notOurs := func(format string, args ...any) result { return failedAs("", format, args...) }
 	name := fmt.Sprintf("%s+%s+%d", st.RunID, st.StepID, st.Attempt)
 	own := filepath.Join(a.steps, name)
 	_ = os.RemoveAll(own)
@@ -215,7 +234,7 @@ func (r *runner) execute(spec Spec) result {
 	}
 	env, err := StepEnv(a.environ, st, a.cfg.NodeID, spec, outputsPath, inputsPath)
 	if err != nil {
-		return failed("%v", err)
+		return notOurs("%v", err)
 	}
 	path, argv, err := spec.program(env)
 	if err != nil {
@@ -289,8 +308,13 @@ func (r *runner) execute(spec Spec) result {
 		res.status = wire.ReportFailed
 		why = []string{fmt.Sprintf("timed out after %s (timeout_seconds): its process group was killed", seconds(spec.Timeout))}
 	case code == nil || *code != 0:
-		r.log.Info("step failed", attrs...)
 		res.status = wire.ReportFailed
+		var note string
+		res.failure, note = ClassifyExit(code, spec.InfraExitCodes, r.fullDisk(dir))
+		if note != "" {
+			why = append(why, note)
+		}
+		r.log.Info("step failed", append(attrs, "failure", cmp.Or(res.failure, client.FailureTest))...)
 	default:
 		outs, err := readOutputs(outputsPath)
 		if err != nil {
@@ -448,6 +472,9 @@ func (r *runner) deliver(res result) runnerDone {
 		return runnerDone{}
 	}
 	req := client.ReportRequest{Status: res.status, ExitCode: res.exitCode, Outputs: res.outputs, Log: r.logSummary()}
+	if res.status == wire.ReportFailed && !r.a.oldAPI.Load() {
+		req.Failure = res.failure
+	}
 	if res.message != "" {
 		req.Message = &res.message
 	}
@@ -455,6 +482,13 @@ func (r *runner) deliver(res result) runnerDone {
 		req.Output = &res.output
 	}
 	rep, sent, err := r.send(req, false)
+	if err != nil && req.Failure != "" && client.NamesField(err, "failure") {
+		// An API older than this agent: the failure is reported as a test failure.
+		r.log.Warn("the API does not take a failure's kind; reporting the step failed without it", "failure", req.Failure)
+		r.a.oldAPI.Store(true)
+		req.Failure = ""
+		rep, sent, err = r.send(req, false)
+	}
 	var ae *client.Error
 	if err != nil && errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge) {
 		r.log.Error("the API refused the step's report; reporting it failed instead", "error", err.Error())
@@ -467,7 +501,11 @@ func (r *runner) deliver(res result) runnerDone {
 	if err != nil {
 		return r.refused(err)
 	}
-	r.log.Info("step reported", "status", res.status, "step_state", rep.StepState, "run_state", rep.RunState)
+	attrs := []any{"status", res.status, "step_state", rep.StepState, "run_state", rep.RunState}
+	if req.Status == wire.ReportFailed {
+		attrs = append(attrs, "failure", cmp.Or(req.Failure, client.FailureTest))
+	}
+	r.log.Info("step reported", attrs...)
 	return runnerDone{reply: rep, sentAt: sent}
 }
 
