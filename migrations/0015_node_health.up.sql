@@ -15,6 +15,10 @@ ALTER TABLE nodes
     ADD CONSTRAINT nodes_quarantined_by_format CHECK (quarantined_by IN ('self', 'system') OR quarantined_by ~ '^admin:.+$'),
     ADD CONSTRAINT nodes_health_reason_bounded CHECK (length(health_reason) <= 1024);
 
+-- Every node carries node_id=<its id> besides what it advertises (wire.NodeIDLabel): one more.
+ALTER TABLE nodes DROP CONSTRAINT nodes_labels_bounded,
+    ADD CONSTRAINT nodes_labels_bounded CHECK (cardinality(labels) <= 65);
+
 -- A run's kind: a client's run, or a health check the system placed on one node.
 ALTER TABLE runs ADD COLUMN kind text NOT NULL DEFAULT 'run',
     ADD CONSTRAINT runs_kind_known CHECK (kind IN ('run', 'health_check'));

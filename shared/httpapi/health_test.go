@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,5 +143,30 @@ func TestAQuarantinedNodeFinishesWhatItHolds(t *testing.T) {
 	}
 	if h := nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", nil)); h.Health != wire.HealthQuarantined {
 		t.Fatalf("a success lifted a quarantine: %+v", h)
+	}
+}
+
+// Every node carries node_id=<its id>, which the server adds: a role needing it is pinned to
+// that node, and no advert may say it.
+func TestARoleNeedingANodesIDIsPinnedToIt(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "b1", false, "board")
+	_, b := env.Beat("B", "b1", false, "board")
+	if !slices.Contains(b.Node.Labels, "node_id=B") {
+		t.Fatalf("B's labels: %v", b.Node.Labels)
+	}
+	for _, id := range []string{"pin-b", "pin-b2"} {
+		if resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": id, "needs": []string{"board", "node_id=B"},
+			"steps": []map[string]any{{"id": "s1"}}}); resp.Status/100 != 2 {
+			t.Fatal(resp)
+		}
+	}
+	if env.Count(`SELECT count(*) FROM leases WHERE run_id = 'pin-b' AND node_id = 'B'`) != 1 || env.State("pin-b2") != wire.Queued {
+		t.Fatalf("pinned runs: pin-b on B? pin-b2 %s (A stays free)", env.State("pin-b2"))
+	}
+	resp := env.Do(apitest.Node("A"), "PUT", "/v1/nodes/A", map[string]any{"boot_id": "b1", "labels": []string{"board", "node_id=B"}})
+	if resp.Status != 400 || !strings.Contains(string(resp.Body), `"labels[1]"`) {
+		t.Fatalf("an advert saying node_id: %s", resp)
 	}
 }

@@ -20,6 +20,13 @@ func Heartbeat(nodeID string, body []byte) (wire.Heartbeat, []problem.FieldError
 		if ls := labelsUpTo(o, "labels", v, wire.MaxLabels); ls != nil {
 			p.Labels = ls
 		}
+		if list, isList := v.([]any); isList {
+			for i, l := range list {
+				if s, isStr := l.(string); isStr && wire.ImplicitLabel(s) {
+					o.failAt(item(o.path, "labels", i), "node_id is the server's: every node carries node_id=<its id>, and no advert may say it")
+				}
+			}
+		}
 	} else if _, present := o.m["labels"]; present {
 		// null could mean "keep them" as well as "none", and taken as none it would drop a
 		// node's every label: refused, as [] says none.

@@ -8,7 +8,10 @@
 // others fails it.
 package wire
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // The shapes of what names things.
 var (
@@ -160,6 +163,14 @@ const (
 // NodeIDLabelKey is the implicit label every node carries, node_id=<its id>: a role that
 // needs it is pinned to that node. No advert may carry a label of that key itself.
 const NodeIDLabelKey = "node_id"
+
+// NodeIDLabel is the implicit label of node id.
+func NodeIDLabel(id string) string { return NodeIDLabelKey + "=" + id }
+
+// ImplicitLabel says whether label is of the implicit key, which only the server gives.
+func ImplicitLabel(label string) bool {
+	return label == NodeIDLabelKey || strings.HasPrefix(label, NodeIDLabelKey+"=")
+}
 
 // Reasons on FAILED and CANCELLED runs.
 const (
