@@ -248,6 +248,8 @@ func (s *Store) UndrainNode(ctx context.Context, nodeID string) (UndrainResult, 
 type AvailableNode struct {
 	NodeID string
 	Labels []string
+	// Suspect: the planner takes it only when no healthy node serves.
+	Suspect bool
 }
 
 // ListLeases is who holds what (GET /v1/leases).
