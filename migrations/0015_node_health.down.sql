@@ -1,3 +1,4 @@
+DROP TABLE IF EXISTS health_checks;
 DROP TABLE IF EXISTS node_events_unpublished;
 DROP FUNCTION IF EXISTS node_events_mark_unpublished() CASCADE;
 DROP TRIGGER IF EXISTS node_history_of_leases ON leases;

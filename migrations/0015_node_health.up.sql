@@ -82,3 +82,18 @@ BEGIN
 END $$;
 CREATE TRIGGER node_events_mark_unpublished AFTER INSERT ON node_history
     FOR EACH ROW EXECUTE FUNCTION node_events_mark_unpublished();
+
+-- Health checks an admin registered: a one-role run's steps, for the nodes whose labels hold
+-- needs, run on a node whose health is in doubt, or every every_seconds.
+CREATE TABLE health_checks (
+    name          mediator_id NOT NULL,
+    needs         text[]      NOT NULL,
+    steps         jsonb       NOT NULL,
+    every_seconds integer,
+    updated_by    text        NOT NULL,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT health_checks_pkey PRIMARY KEY (name),
+    CONSTRAINT health_checks_every_positive CHECK (every_seconds > 0),
+    CONSTRAINT health_checks_needs_bounded CHECK (cardinality(needs) <= 64),
+    CONSTRAINT health_checks_steps_array CHECK (jsonb_typeof(steps) = 'array')
+);

@@ -170,3 +170,39 @@ func TestARoleNeedingANodesIDIsPinnedToIt(t *testing.T) {
 		t.Fatalf("an advert saying node_id: %s", resp)
 	}
 }
+
+// Health checks are an admin's to register, read, replace and remove.
+func TestHealthChecksAreRegisteredReadAndRemoved(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	check := map[string]any{"needs": []string{"board=rpi4"}, "steps": []map[string]any{
+		{"id": "usb", "spec": map[string]any{"cmd": "lsusb"}}, {"id": "disk", "after": []string{"usb"}}}, "every_seconds": 3600}
+	if resp := env.Do(apitest.Admin, "PUT", "/v1/health-checks/usb", check); resp.Status != 201 {
+		t.Fatalf("register: %s", resp)
+	}
+	check["every_seconds"] = nil
+	resp := env.Do(apitest.Admin, "PUT", "/v1/health-checks/usb", check)
+	if resp.Status != 200 {
+		t.Fatalf("replace: %s", resp)
+	}
+	var a struct {
+		HealthCheck store.HealthCheck `json:"health_check"`
+	}
+	resp.Decode(t, &a)
+	if c := a.HealthCheck; c.Name != "usb" || c.EverySeconds != nil || len(c.Steps) != 2 || c.Steps[1].Role != wire.HealthCheckRole ||
+		c.Steps[1].After[0] != "usb" || !slices.Equal(c.Needs, []string{"board=rpi4"}) {
+		t.Fatalf("as replaced: %+v", c)
+	}
+	if resp := env.Do(apitest.Admin, "GET", "/v1/health-checks", nil); resp.Status != 200 || !strings.Contains(string(resp.Body), `"name":"usb"`) {
+		t.Fatalf("list: %s", resp)
+	}
+	if resp := env.Do(apitest.Admin, "DELETE", "/v1/health-checks/usb", nil); resp.Status != 200 {
+		t.Fatalf("delete: %s", resp)
+	}
+	if resp := env.Do(apitest.Admin, "GET", "/v1/health-checks/usb", nil); resp.Status != 404 {
+		t.Fatalf("after the delete: %s", resp)
+	}
+	if resp := env.Do(alice, "PUT", "/v1/health-checks/mine", check); resp.Status != 403 {
+		t.Fatalf("a client registering a check: %s", resp)
+	}
+}

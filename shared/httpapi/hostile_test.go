@@ -37,7 +37,7 @@ type hostileCase struct {
 }
 
 // Tables a request could write to.
-var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs", "node_history"}
+var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs", "node_history", "health_checks"}
 
 // snapshot is every table's row count and a digest of its rows: a hostile request that
 // changed a row without adding one (a heartbeat rewriting labels, a renewed lease) shows too.
@@ -208,6 +208,7 @@ func TestHostileCatalogue(t *testing.T) {
 		{"GET", "/v1/nodes"}, {"GET", "/v1/leases"}, {"GET", "/v1/queue"},
 		{"POST", "/v1/runs/held/steps/flash/log-urls"}, {"GET", "/v1/runs/held/steps/flash/log"},
 		{"POST", "/v1/nodes/A/quarantine"}, {"DELETE", "/v1/nodes/A/quarantine"}, {"GET", "/v1/nodes/A"},
+		{"PUT", "/v1/health-checks/usb"}, {"GET", "/v1/health-checks/usb"}, {"DELETE", "/v1/health-checks/usb"}, {"GET", "/v1/health-checks"},
 	} {
 		add(hostileCase{name: "no principal: " + r.method + " " + r.target, who: apitest.Nobody, method: r.method, target: r.target, status: 401, code: "unauthenticated"})
 	}
@@ -583,6 +584,23 @@ func TestHostileCatalogue(t *testing.T) {
 	quarantine("a misspelt field", "raeson", `{"raeson":"usb"}`)
 	quarantine("a node id that is SQL", "node_id", `{"reason":"usb"}`)
 	cases[len(cases)-1].tamper = withPathParam("node_id", "A' OR '1'='1")
+	check := func(name, path, body string) {
+		add(hostileCase{name: "health check: " + name, who: apitest.Admin, method: "PUT", target: "/v1/health-checks/usb", body: body, status: 400, code: "invalid_request", path: path})
+	}
+	check("no needs", "needs", `{"steps":[{"id":"s"}]}`)
+	check("roles instead of needs", "roles", `{"roles":{"a":{"needs":["x"]}},"steps":[{"id":"s","role":"a"}]}`)
+	check("no steps", "steps", `{"needs":["board=rpi4"]}`)
+	check("every_seconds 0", "every_seconds", `{"needs":["board=rpi4"],"steps":[{"id":"s"}],"every_seconds":0}`)
+	check("every_seconds past a week", "every_seconds", `{"needs":["board=rpi4"],"steps":[{"id":"s"}],"every_seconds":604801}`)
+	check("a step waiting for itself", "steps[0].after[0]", `{"needs":["board=rpi4"],"steps":[{"id":"s","after":["s"]}]}`)
+	check("a name that is SQL", "name", `{"needs":["board=rpi4"],"steps":[{"id":"s"}]}`)
+	cases[len(cases)-1].tamper = withPathParam("name", "usb' OR '1'='1")
+	add(
+		hostileCase{name: "health check: a client", who: alice, method: "PUT", target: "/v1/health-checks/usb", body: `{"needs":["x"],"steps":[{"id":"s"}]}`, status: 403, code: "forbidden"},
+		hostileCase{name: "health check: a node", who: nodeA, method: "DELETE", target: "/v1/health-checks/usb", status: 403, code: "forbidden"},
+		hostileCase{name: "health check: none of that name", who: apitest.Admin, method: "DELETE", target: "/v1/health-checks/nope", status: 404, code: "not_found"},
+		hostileCase{name: "health checks: a client lists them", who: bob, method: "GET", target: "/v1/health-checks", status: 403, code: "forbidden"},
+	)
 	add(
 		hostileCase{name: "quarantine: a client", who: alice, method: "POST", target: "/v1/nodes/A/quarantine", body: `{"reason":"mine"}`, status: 403, code: "forbidden"},
 		hostileCase{name: "quarantine: a node, of itself", who: nodeA, method: "POST", target: "/v1/nodes/A/quarantine", body: `{"reason":"mine"}`, status: 403, code: "forbidden"},

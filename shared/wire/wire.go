@@ -160,6 +160,12 @@ const (
 	KindHealthCheck = "health_check"
 )
 
+// HealthCheckRole is the one role of a health check's run, pinned to the node it checks.
+const HealthCheckRole = "node"
+
+// MaxHealthCheckEverySeconds bounds a health check's every_seconds (a week).
+const MaxHealthCheckEverySeconds = 7 * 86400
+
 // NodeIDLabelKey is the implicit label every node carries, node_id=<its id>: a role that
 // needs it is pinned to that node. No advert may carry a label of that key itself.
 const NodeIDLabelKey = "node_id"
