@@ -206,3 +206,18 @@ func TestHealthChecksAreRegisteredReadAndRemoved(t *testing.T) {
 		t.Fatalf("a client registering a check: %s", resp)
 	}
 }
+
+// A spec's infra_exit_codes, well formed, are the node's to read: the run is stored with them.
+func TestASpecsInfraExitCodesAreAccepted(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "b1", false, "board")
+	resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "r", "needs": []string{"board"},
+		"steps": []map[string]any{{"id": "s", "spec": map[string]any{"cmd": "flash.sh", "infra_exit_codes": []int{75, 127}}}}})
+	if resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	if _, b := env.Beat("A", "b1", false, "board"); len(b.Steps) != 1 || !strings.Contains(string(b.Steps[0].Spec), `"infra_exit_codes":[75,127]`) {
+		t.Fatalf("the node's step: %+v", b.Steps)
+	}
+}

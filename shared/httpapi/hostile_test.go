@@ -496,6 +496,14 @@ func TestHostileCatalogue(t *testing.T) {
 	sub("queue_timeout_seconds as a string", "queue_timeout_seconds", `{"run_id":"new-1","needs":["board=rpi4"],"steps":[{"id":"s"}],"queue_timeout_seconds":"60"}`)
 	sub("retries past 100", "steps[0].retries", steps(`[{"id":"s","retries":101}]`))
 	sub("retries negative", "steps[0].retries", steps(`[{"id":"s","retries":-1}]`))
+	// The one key of a step's spec the server reads: which exit codes say the machine failed.
+	sub("infra_exit_codes with exit 0", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"cmd":"x","infra_exit_codes":[0]}}]`))
+	sub("infra_exit_codes of 256", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":[75,256]}}]`))
+	sub("infra_exit_codes twice 75", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":[75,75]}}]`))
+	sub("infra_exit_codes as a string", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":["75"]}}]`))
+	sub("infra_exit_codes not a list", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":75}}]`))
+	sub("33 infra_exit_codes", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":`+
+		jsonList(33, func(i int) string { return fmt.Sprint(i + 1) })+`}}]`))
 	add(hostileCase{name: "submit: held again, another request", who: alice, method: "POST", target: "/v1/runs", body: `{"run_id":"held","needs":["board=rpi4"],"steps":[{"id":"other"}]}`, status: 409, code: "run_id_conflict"})
 	add(hostileCase{name: "submit: a malformed dry run", who: alice, method: "POST", target: "/v1/runs?dry_run=true", body: steps(`[{"id":"a","after":["a"]}]`), status: 400, code: "invalid_request", path: "steps[0].after[0]"})
 	// A number must fit PostgreSQL's numeric, not only a float64: 1e-20000 (a float64 rounds it

@@ -147,6 +147,9 @@ const (
 	FailureInfra = "infra"
 )
 
+// MaxInfraExitCodes bounds a step spec's infra_exit_codes.
+const MaxInfraExitCodes = 32
+
 // MaxUnhealthyBytes bounds a heartbeat's unhealthy reason, and an admin's quarantine reason.
 const MaxUnhealthyBytes = 512
 
