@@ -15,6 +15,10 @@ ALTER TABLE nodes
     ADD CONSTRAINT nodes_quarantined_by_format CHECK (quarantined_by IN ('self', 'system') OR quarantined_by ~ '^admin:.+$'),
     ADD CONSTRAINT nodes_health_reason_bounded CHECK (length(health_reason) <= 1024);
 
+-- Every node carries node_id=<its id> besides what it advertises (wire.NodeIDLabel): one more.
+ALTER TABLE nodes DROP CONSTRAINT nodes_labels_bounded,
+    ADD CONSTRAINT nodes_labels_bounded CHECK (cardinality(labels) <= 65);
+
 -- A run's kind: a client's run, or a health check the system placed on one node.
 ALTER TABLE runs ADD COLUMN kind text NOT NULL DEFAULT 'run',
     ADD CONSTRAINT runs_kind_known CHECK (kind IN ('run', 'health_check'));
@@ -78,3 +82,18 @@ BEGIN
 END $$;
 CREATE TRIGGER node_events_mark_unpublished AFTER INSERT ON node_history
     FOR EACH ROW EXECUTE FUNCTION node_events_mark_unpublished();
+
+-- Health checks an admin registered: a one-role run's steps, for the nodes whose labels hold
+-- needs, run on a node whose health is in doubt, or every every_seconds.
+CREATE TABLE health_checks (
+    name          mediator_id NOT NULL,
+    needs         text[]      NOT NULL,
+    steps         jsonb       NOT NULL,
+    every_seconds integer,
+    updated_by    text        NOT NULL,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT health_checks_pkey PRIMARY KEY (name),
+    CONSTRAINT health_checks_every_positive CHECK (every_seconds > 0),
+    CONSTRAINT health_checks_needs_bounded CHECK (cardinality(needs) <= 64),
+    CONSTRAINT health_checks_steps_array CHECK (jsonb_typeof(steps) = 'array')
+);

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -445,5 +446,6 @@ func (e *Env) Finish(node, boot, runID, status string) {
 func (e *Env) labels(node string) []string {
 	var labels []string
 	_ = e.owner.QueryRow(context.Background(), `SELECT labels FROM nodes WHERE node_id = $1`, node).Scan(&labels)
-	return labels
+	// The server's own label is not the node's to advertise.
+	return slices.DeleteFunc(labels, wire.ImplicitLabel)
 }

@@ -44,9 +44,11 @@ var invariantChecks = []struct{ name, sql string }{
 		           FROM runs CROSS JOIN (VALUES (1), (60)) g(span) WHERE state = 'QUEUED' GROUP BY 1, 2, 3, 4) q
 		USING (shape, queue_rank, span, bucket)
 		WHERE coalesce(c.n, 0) <> coalesce(q.n, 0)`},
+	// Since it entered its state: a node removed and registered again starts healthy, its history kept.
 	{"a node's health disagrees with the last health change of its history", `SELECT n.node_id FROM nodes n
 		JOIN LATERAL (SELECT to_state FROM node_history h WHERE h.node_id = n.node_id AND h.kind = 'health'
-		              ORDER BY h.event_id DESC LIMIT 1) h ON true WHERE h.to_state <> n.health`},
+		              AND h.at >= n.health_since ORDER BY h.event_id DESC LIMIT 1) h ON true
+		WHERE h.to_state <> n.health`},
 	{"a node is healthy with infrastructure failures counted", `SELECT node_id FROM nodes
 		WHERE health = 'healthy' AND infra_failures > 0`},
 }

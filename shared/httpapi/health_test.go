@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,5 +143,81 @@ func TestAQuarantinedNodeFinishesWhatItHolds(t *testing.T) {
 	}
 	if h := nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", nil)); h.Health != wire.HealthQuarantined {
 		t.Fatalf("a success lifted a quarantine: %+v", h)
+	}
+}
+
+// Every node carries node_id=<its id>, which the server adds: a role needing it is pinned to
+// that node, and no advert may say it.
+func TestARoleNeedingANodesIDIsPinnedToIt(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "b1", false, "board")
+	_, b := env.Beat("B", "b1", false, "board")
+	if !slices.Contains(b.Node.Labels, "node_id=B") {
+		t.Fatalf("B's labels: %v", b.Node.Labels)
+	}
+	for _, id := range []string{"pin-b", "pin-b2"} {
+		if resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": id, "needs": []string{"board", "node_id=B"},
+			"steps": []map[string]any{{"id": "s1"}}}); resp.Status/100 != 2 {
+			t.Fatal(resp)
+		}
+	}
+	if env.Count(`SELECT count(*) FROM leases WHERE run_id = 'pin-b' AND node_id = 'B'`) != 1 || env.State("pin-b2") != wire.Queued {
+		t.Fatalf("pinned runs: pin-b on B? pin-b2 %s (A stays free)", env.State("pin-b2"))
+	}
+	resp := env.Do(apitest.Node("A"), "PUT", "/v1/nodes/A", map[string]any{"boot_id": "b1", "labels": []string{"board", "node_id=B"}})
+	if resp.Status != 400 || !strings.Contains(string(resp.Body), `"labels[1]"`) {
+		t.Fatalf("an advert saying node_id: %s", resp)
+	}
+}
+
+// Health checks are an admin's to register, read, replace and remove.
+func TestHealthChecksAreRegisteredReadAndRemoved(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	check := map[string]any{"needs": []string{"board=rpi4"}, "steps": []map[string]any{
+		{"id": "usb", "spec": map[string]any{"cmd": "lsusb"}}, {"id": "disk", "after": []string{"usb"}}}, "every_seconds": 3600}
+	if resp := env.Do(apitest.Admin, "PUT", "/v1/health-checks/usb", check); resp.Status != 201 {
+		t.Fatalf("register: %s", resp)
+	}
+	check["every_seconds"] = nil
+	resp := env.Do(apitest.Admin, "PUT", "/v1/health-checks/usb", check)
+	if resp.Status != 200 {
+		t.Fatalf("replace: %s", resp)
+	}
+	var a struct {
+		HealthCheck store.HealthCheck `json:"health_check"`
+	}
+	resp.Decode(t, &a)
+	if c := a.HealthCheck; c.Name != "usb" || c.EverySeconds != nil || len(c.Steps) != 2 || c.Steps[1].Role != wire.HealthCheckRole ||
+		c.Steps[1].After[0] != "usb" || !slices.Equal(c.Needs, []string{"board=rpi4"}) {
+		t.Fatalf("as replaced: %+v", c)
+	}
+	if resp := env.Do(apitest.Admin, "GET", "/v1/health-checks", nil); resp.Status != 200 || !strings.Contains(string(resp.Body), `"name":"usb"`) {
+		t.Fatalf("list: %s", resp)
+	}
+	if resp := env.Do(apitest.Admin, "DELETE", "/v1/health-checks/usb", nil); resp.Status != 200 {
+		t.Fatalf("delete: %s", resp)
+	}
+	if resp := env.Do(apitest.Admin, "GET", "/v1/health-checks/usb", nil); resp.Status != 404 {
+		t.Fatalf("after the delete: %s", resp)
+	}
+	if resp := env.Do(alice, "PUT", "/v1/health-checks/mine", check); resp.Status != 403 {
+		t.Fatalf("a client registering a check: %s", resp)
+	}
+}
+
+// A spec's infra_exit_codes, well formed, are the node's to read: the run is stored with them.
+func TestASpecsInfraExitCodesAreAccepted(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "b1", false, "board")
+	resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "r", "needs": []string{"board"},
+		"steps": []map[string]any{{"id": "s", "spec": map[string]any{"cmd": "flash.sh", "infra_exit_codes": []int{75, 127}}}}})
+	if resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	if _, b := env.Beat("A", "b1", false, "board"); len(b.Steps) != 1 || !strings.Contains(string(b.Steps[0].Spec), `"infra_exit_codes":[75,127]`) {
+		t.Fatalf("the node's step: %+v", b.Steps)
 	}
 }

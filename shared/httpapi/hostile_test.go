@@ -37,7 +37,7 @@ type hostileCase struct {
 }
 
 // Tables a request could write to.
-var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs", "node_history"}
+var stateTables = []string{"runs", "run_roles", "steps", "nodes", "leases", "run_events", "step_logs", "node_history", "health_checks"}
 
 // snapshot is every table's row count and a digest of its rows: a hostile request that
 // changed a row without adding one (a heartbeat rewriting labels, a renewed lease) shows too.
@@ -208,6 +208,7 @@ func TestHostileCatalogue(t *testing.T) {
 		{"GET", "/v1/nodes"}, {"GET", "/v1/leases"}, {"GET", "/v1/queue"},
 		{"POST", "/v1/runs/held/steps/flash/log-urls"}, {"GET", "/v1/runs/held/steps/flash/log"},
 		{"POST", "/v1/nodes/A/quarantine"}, {"DELETE", "/v1/nodes/A/quarantine"}, {"GET", "/v1/nodes/A"},
+		{"PUT", "/v1/health-checks/usb"}, {"GET", "/v1/health-checks/usb"}, {"DELETE", "/v1/health-checks/usb"}, {"GET", "/v1/health-checks"},
 	} {
 		add(hostileCase{name: "no principal: " + r.method + " " + r.target, who: apitest.Nobody, method: r.method, target: r.target, status: 401, code: "unauthenticated"})
 	}
@@ -495,6 +496,14 @@ func TestHostileCatalogue(t *testing.T) {
 	sub("queue_timeout_seconds as a string", "queue_timeout_seconds", `{"run_id":"new-1","needs":["board=rpi4"],"steps":[{"id":"s"}],"queue_timeout_seconds":"60"}`)
 	sub("retries past 100", "steps[0].retries", steps(`[{"id":"s","retries":101}]`))
 	sub("retries negative", "steps[0].retries", steps(`[{"id":"s","retries":-1}]`))
+	// The one key of a step's spec the server reads: which exit codes say the machine failed.
+	sub("infra_exit_codes with exit 0", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"cmd":"x","infra_exit_codes":[0]}}]`))
+	sub("infra_exit_codes of 256", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":[75,256]}}]`))
+	sub("infra_exit_codes twice 75", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":[75,75]}}]`))
+	sub("infra_exit_codes as a string", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":["75"]}}]`))
+	sub("infra_exit_codes not a list", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":75}}]`))
+	sub("33 infra_exit_codes", "steps[0].spec.infra_exit_codes", steps(`[{"id":"a","spec":{"infra_exit_codes":`+
+		jsonList(33, func(i int) string { return fmt.Sprint(i + 1) })+`}}]`))
 	add(hostileCase{name: "submit: held again, another request", who: alice, method: "POST", target: "/v1/runs", body: `{"run_id":"held","needs":["board=rpi4"],"steps":[{"id":"other"}]}`, status: 409, code: "run_id_conflict"})
 	add(hostileCase{name: "submit: a malformed dry run", who: alice, method: "POST", target: "/v1/runs?dry_run=true", body: steps(`[{"id":"a","after":["a"]}]`), status: 400, code: "invalid_request", path: "steps[0].after[0]"})
 	// A number must fit PostgreSQL's numeric, not only a float64: 1e-20000 (a float64 rounds it
@@ -583,6 +592,23 @@ func TestHostileCatalogue(t *testing.T) {
 	quarantine("a misspelt field", "raeson", `{"raeson":"usb"}`)
 	quarantine("a node id that is SQL", "node_id", `{"reason":"usb"}`)
 	cases[len(cases)-1].tamper = withPathParam("node_id", "A' OR '1'='1")
+	check := func(name, path, body string) {
+		add(hostileCase{name: "health check: " + name, who: apitest.Admin, method: "PUT", target: "/v1/health-checks/usb", body: body, status: 400, code: "invalid_request", path: path})
+	}
+	check("no needs", "needs", `{"steps":[{"id":"s"}]}`)
+	check("roles instead of needs", "roles", `{"roles":{"a":{"needs":["x"]}},"steps":[{"id":"s","role":"a"}]}`)
+	check("no steps", "steps", `{"needs":["board=rpi4"]}`)
+	check("every_seconds 0", "every_seconds", `{"needs":["board=rpi4"],"steps":[{"id":"s"}],"every_seconds":0}`)
+	check("every_seconds past a week", "every_seconds", `{"needs":["board=rpi4"],"steps":[{"id":"s"}],"every_seconds":604801}`)
+	check("a step waiting for itself", "steps[0].after[0]", `{"needs":["board=rpi4"],"steps":[{"id":"s","after":["s"]}]}`)
+	check("a name that is SQL", "name", `{"needs":["board=rpi4"],"steps":[{"id":"s"}]}`)
+	cases[len(cases)-1].tamper = withPathParam("name", "usb' OR '1'='1")
+	add(
+		hostileCase{name: "health check: a client", who: alice, method: "PUT", target: "/v1/health-checks/usb", body: `{"needs":["x"],"steps":[{"id":"s"}]}`, status: 403, code: "forbidden"},
+		hostileCase{name: "health check: a node", who: nodeA, method: "DELETE", target: "/v1/health-checks/usb", status: 403, code: "forbidden"},
+		hostileCase{name: "health check: none of that name", who: apitest.Admin, method: "DELETE", target: "/v1/health-checks/nope", status: 404, code: "not_found"},
+		hostileCase{name: "health checks: a client lists them", who: bob, method: "GET", target: "/v1/health-checks", status: 403, code: "forbidden"},
+	)
 	add(
 		hostileCase{name: "quarantine: a client", who: alice, method: "POST", target: "/v1/nodes/A/quarantine", body: `{"reason":"mine"}`, status: 403, code: "forbidden"},
 		hostileCase{name: "quarantine: a node, of itself", who: nodeA, method: "POST", target: "/v1/nodes/A/quarantine", body: `{"reason":"mine"}`, status: 403, code: "forbidden"},

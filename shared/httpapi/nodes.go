@@ -19,6 +19,8 @@ func Nodes(d startup.Deps) Handler {
 		"DELETE /v1/nodes/{node_id}/drain":      {serve: undrainNode},
 		"POST /v1/nodes/{node_id}/quarantine":   {serve: quarantineNode},
 		"DELETE /v1/nodes/{node_id}/quarantine": {serve: unquarantineNode},
+		"PUT /v1/health-checks/{name}":          {serve: putHealthCheck},
+		"DELETE /v1/health-checks/{name}":       {serve: deleteHealthCheck},
 	})
 }
 
@@ -147,6 +149,50 @@ func unquarantineNode(c *call) (reply, error) {
 	}
 	c.afterCommit(nil, res.CapacityAppeared, store.WakeParams{Prefer: []string{nodeID}})
 	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
+}
+
+// putHealthCheck registers a health check, or replaces it (admin): 201 when new, 200 else.
+func putHealthCheck(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	name, err := c.pathID("name")
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	p, errs := request.HealthCheck(name, body)
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	check, created, err := c.d.Store.PutHealthCheck(c.ctx, p, c.who.Owner())
+	if err != nil {
+		return reply{}, err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return reply{status, map[string]any{"health_check": check}}, nil
+}
+
+// deleteHealthCheck removes a health check (admin).
+func deleteHealthCheck(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	name, err := c.pathID("name")
+	if err != nil {
+		return reply{}, err
+	}
+	check, err := c.d.Store.DeleteHealthCheck(c.ctx, name)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"health_check": check}}, nil
 }
 
 // nodeSelf is the node id of a node route, which only that node (or an admin) may use.

@@ -27,6 +27,8 @@ func Query(d startup.Deps) Handler {
 		"GET /v1/queue":                             {serve: queue},
 		"GET /v1/nodes":                             {serve: listNodes},
 		"GET /v1/nodes/{node_id}":                   {serve: getNode},
+		"GET /v1/health-checks/{name}":              {serve: getHealthCheck},
+		"GET /v1/health-checks":                     {serve: listHealthChecks},
 		"GET /v1/leases":                            {serve: listLeases},
 		"GET /v1/runs/{run_id}/steps/{step_id}/log": {query: []string{"attempt", "owner", "from"}, serve: stepLog},
 	})
@@ -194,6 +196,35 @@ func getNode(c *call) (reply, error) {
 		return reply{}, err
 	}
 	return reply{http.StatusOK, d}, nil
+}
+
+func getHealthCheck(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	name, err := c.pathID("name")
+	if err != nil {
+		return reply{}, err
+	}
+	check, err := c.d.Store.GetHealthCheck(c.ctx, name)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"health_check": check}}, nil
+}
+
+func listHealthChecks(c *call) (reply, error) {
+	if err := c.allow(auth.Admin); err != nil {
+		return reply{}, err
+	}
+	checks, err := c.d.Store.ListHealthChecks(c.ctx)
+	if err != nil {
+		return reply{}, err
+	}
+	if checks == nil {
+		checks = []store.HealthCheck{}
+	}
+	return reply{http.StatusOK, map[string]any{"health_checks": checks}}, nil
 }
 
 func listLeases(c *call) (reply, error) {

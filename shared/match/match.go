@@ -37,6 +37,9 @@ type Node struct {
 	// Preferred nodes come first among equally good ones: the wake prefers the node whose
 	// report just freed it, which is alive and hears of its next run in the same answer.
 	Preferred bool
+	// Suspect nodes (an infrastructure failure counted against them) come after every healthy
+	// one: a suspect node serves a role only when no healthy one can.
+	Suspect bool
 }
 
 // Result is the verdict with its evidence: the assignment when placeable, the unmet roles
@@ -104,6 +107,9 @@ func Assign(roles []Role, nodes []Node, seed string) (map[string]string, []Role)
 	}
 	sort.Slice(byRank, func(i, j int) bool {
 		a, b := byRank[i], byRank[j]
+		if a.Suspect != b.Suspect {
+			return b.Suspect
+		}
 		if len(a.Labels) != len(b.Labels) {
 			return len(a.Labels) < len(b.Labels)
 		}

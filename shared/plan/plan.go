@@ -46,6 +46,9 @@ func (h Head) Before(o Head) bool {
 type Node struct {
 	ID     string
 	Labels []string
+	// Suspect: an infrastructure failure is counted against it; it is taken only when no
+	// healthy node serves (match.Node.Suspect).
+	Suspect bool
 }
 
 // Outcome is what became of one placement.
@@ -129,8 +132,9 @@ type Walked struct {
 //     its shape can be placed either, so the shape is left;
 //   - protection: a protected head that cannot be placed keeps every node that could serve one
 //     of its roles from every run walked after it, so a wide run is not starved by narrow ones;
-//   - among equally good nodes (match.Assign: the fewest labels first), the head's preferred
-//     ones, then an order of the seed and the shape.
+//   - among the nodes that serve, healthy ones before suspect ones; among equally good nodes
+//     (match.Assign: the fewest labels first), the head's preferred ones, then an order of the
+//     seed and the shape.
 //
 // The walk ends when no head is left or no node is free.
 func Walk(heads []Head, free []Node, opt Options, place Place) Walked {
@@ -250,7 +254,7 @@ func cmpBool(a, b bool) int {
 func matchNodes(set []Node, prefer []string) []match.Node {
 	out := make([]match.Node, len(set))
 	for i, n := range set {
-		out[i] = match.Node{ID: n.ID, Labels: n.Labels, Available: true, Preferred: slices.Contains(prefer, n.ID)}
+		out[i] = match.Node{ID: n.ID, Labels: n.Labels, Available: true, Preferred: slices.Contains(prefer, n.ID), Suspect: n.Suspect}
 	}
 	return out
 }

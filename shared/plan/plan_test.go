@@ -169,3 +169,70 @@ func nodesOf(w plan.Walked, calls []plan.Head, i int) []string {
 	}
 	return w.Taken[k : k+len(calls[i].Roles)]
 }
+
+// Healthy before suspect: a role is given a suspect node only when no healthy node it could
+// use is left free by the walk — among equal candidates the healthy one always wins, and a
+// suspect node still serves when nothing else does.
+func TestWalkTakesASuspectNodeOnlyWhenNoHealthyOneServes(t *testing.T) {
+	forEachCase(t, func(t *testing.T, r *rand.Rand, q plantest.Queue) {
+		free := slices.Clone(q.Nodes)
+		suspect := map[string]bool{}
+		for i := range free {
+			if r.IntN(3) == 0 {
+				free[i].Suspect, suspect[free[i].ID] = true, true
+			}
+		}
+		nextOf := map[string]*plan.Head{}
+		for _, runs := range q.Shapes {
+			for i := 1; i < len(runs); i++ {
+				nextOf[runs[i-1].RunID] = &runs[i]
+			}
+		}
+		type placed struct {
+			h        plan.Head
+			assigned map[string]string
+		}
+		var got []placed
+		w := plan.Walk(q.Heads(), free, plan.Options{Seed: "w/"}, func(h plan.Head, assigned map[string]string) plan.Placement {
+			got = append(got, placed{h, assigned})
+			return plan.Placement{Outcome: plan.Placed, Run: h, Next: nextOf[h.RunID]}
+		})
+		for _, p := range got {
+			for _, ro := range p.h.Roles {
+				if !suspect[p.assigned[ro.Name]] {
+					continue
+				}
+				for _, n := range w.Left {
+					if !n.Suspect && match.Satisfies(n.Labels, ro.Needs) {
+						t.Fatalf("%s's role %s was given suspect %s while healthy %s, which serves it, stayed free",
+							p.h.RunID, ro.Name, p.assigned[ro.Name], n.ID)
+					}
+				}
+			}
+		}
+	})
+}
+
+// Of two equal nodes the healthy one is taken, whatever the seed; the suspect one when it is
+// the only one.
+func TestWalkPrefersAHealthyNodeToASuspectOne(t *testing.T) {
+	h := plan.Head{RunID: "r", Shape: "s", Roles: []match.Role{{Name: "main", Needs: []string{"board"}}}}
+	for i := range 50 {
+		nodes := []plan.Node{{ID: "a", Labels: []string{"board"}, Suspect: true}, {ID: "b", Labels: []string{"board"}}}
+		var took string
+		plan.Walk([]plan.Head{h}, nodes, plan.Options{Seed: fmt.Sprint(i)}, func(_ plan.Head, assigned map[string]string) plan.Placement {
+			took = assigned["main"]
+			return plan.Placement{Outcome: plan.Placed, Run: h}
+		})
+		if took != "b" {
+			t.Fatalf("seed %d: took %s, not the healthy b", i, took)
+		}
+		plan.Walk([]plan.Head{h}, nodes[:1], plan.Options{Seed: fmt.Sprint(i)}, func(_ plan.Head, assigned map[string]string) plan.Placement {
+			took = assigned["main"]
+			return plan.Placement{Outcome: plan.Placed, Run: h}
+		})
+		if took != "a" {
+			t.Fatalf("seed %d: a suspect node alone was not taken (%q)", i, took)
+		}
+	}
+}

@@ -20,6 +20,13 @@ func Heartbeat(nodeID string, body []byte) (wire.Heartbeat, []problem.FieldError
 		if ls := labelsUpTo(o, "labels", v, wire.MaxLabels); ls != nil {
 			p.Labels = ls
 		}
+		if list, isList := v.([]any); isList {
+			for i, l := range list {
+				if s, isStr := l.(string); isStr && wire.ImplicitLabel(s) {
+					o.failAt(item(o.path, "labels", i), "node_id is the server's: every node carries node_id=<its id>, and no advert may say it")
+				}
+			}
+		}
 	} else if _, present := o.m["labels"]; present {
 		// null could mean "keep them" as well as "none", and taken as none it would drop a
 		// node's every label: refused, as [] says none.
@@ -72,4 +79,40 @@ func reasonText(o *object, key string, limit int) string {
 		}
 	}
 	return s
+}
+
+// HealthCheck decodes PUT /v1/health-checks/{name}: {needs, steps, every_seconds?} — the nodes
+// it applies to, a one-role run's steps (their role may be left out), and how often it runs on
+// a node. Its role is named HealthCheckRole.
+func HealthCheck(name string, body []byte) (wire.HealthCheck, []problem.FieldError) {
+	var errs []problem.FieldError
+	if !wire.IDPattern.MatchString(name) {
+		errs = append(errs, problem.FieldError{Path: "name", Message: "must match " + wire.IDPattern.String()})
+	}
+	o := root(body, &errs)
+	if o == nil {
+		return wire.HealthCheck{}, errs
+	}
+	if _, has := o.m["roles"]; has {
+		o.fail("roles", "a health check has one role, on the node it checks: give its needs")
+	}
+	if _, has := o.m["needs"]; !has {
+		o.fail("needs", "is required: the labels of the nodes it applies to")
+	}
+	var c wire.HealthCheck
+	c.Name = name
+	roles := roles(o)
+	c.Steps = steps(o, roles)
+	if len(roles) == 1 {
+		c.Needs = roles[0].Needs
+	}
+	for i := range c.Steps {
+		c.Steps[i].Role = wire.HealthCheckRole
+	}
+	c.EverySeconds = optionalInt(o, "every_seconds", wire.MaxHealthCheckEverySeconds)
+	o.done()
+	if len(errs) > 0 {
+		return wire.HealthCheck{}, errs
+	}
+	return c, nil
 }

@@ -168,6 +168,7 @@ func steps(o *object, roles []wire.NewRole) []wire.NewStep {
 		st.Role = role
 		st.After = afterList(so)
 		st.Spec, _ = so.raw("spec", wire.MaxSpecBytes, true)
+		infraExitCodes(so)
 		if st.Spec == nil {
 			st.Spec = json.RawMessage(`{}`)
 		}
@@ -309,4 +310,36 @@ func hashRun(r wire.NewRun) []byte {
 	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata, priority})
 	sum := sha256.Sum256(canonical)
 	return sum[:]
+}
+
+// infraExitCodes checks a step spec's infra_exit_codes, the one key of the opaque spec the
+// server reads: the exit codes by which a lab's scripts say the machine failed, not the test
+// (the agent then reports "failure": "infra", which counts against the node). Refused at submit,
+// a bad list would otherwise fail every run of the spec on every node it reached.
+func infraExitCodes(so *object) {
+	spec, isObj := so.m["spec"].(map[string]any)
+	if !isObj {
+		return
+	}
+	v, has := spec["infra_exit_codes"]
+	if !has {
+		return
+	}
+	rule := fmt.Sprintf("must be a list of at most %d distinct whole numbers from 1 to %d (exit 0 is a success)",
+		wire.MaxInfraExitCodes, wire.MaxExitCode)
+	list, isList := v.([]any)
+	ok := isList && len(list) <= wire.MaxInfraExitCodes
+	seen := map[int64]bool{}
+	for _, c := range list {
+		n, isNum := c.(json.Number)
+		i, err := n.Int64()
+		if !isNum || err != nil || i < 1 || i > wire.MaxExitCode || seen[i] {
+			ok = false
+			break
+		}
+		seen[i] = true
+	}
+	if !ok {
+		so.failAt(join(join(so.path, "spec"), "infra_exit_codes"), rule)
+	}
 }

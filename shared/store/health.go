@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,4 +126,67 @@ func (s *Store) GetNode(ctx context.Context, nodeID string) (NodeDetail, error) 
 		history = []NodeEvent{}
 	}
 	return NodeDetail{Node: n, History: history}, nil
+}
+
+var (
+	putHealthCheckStmt    = stmt("put_health_check")
+	getHealthCheckStmt    = stmt("get_health_check")
+	listHealthChecksStmt  = stmt("list_health_checks")
+	deleteHealthCheckStmt = stmt("delete_health_check")
+)
+
+// HealthCheck is a registered health check as its routes show it.
+type HealthCheck struct {
+	Name         string      `json:"name"`
+	Needs        []string    `json:"needs"`
+	Steps        []CheckStep `json:"steps"`
+	EverySeconds *int        `json:"every_seconds"`
+}
+
+// CheckStep is a step of a health check, as a one-role run's (its role is wire.HealthCheckRole).
+type CheckStep struct {
+	ID      string          `json:"id"`
+	Role    string          `json:"role"`
+	After   []string        `json:"after"`
+	Spec    json.RawMessage `json:"spec"`
+	Retries int             `json:"retries"`
+}
+
+// PutHealthCheck registers a health check or replaces it whole; created says it is new.
+func (s *Store) PutHealthCheck(ctx context.Context, c wire.HealthCheck, by string) (check HealthCheck, created bool, err error) {
+	steps := make([]CheckStep, len(c.Steps))
+	for i, st := range c.Steps {
+		steps[i] = CheckStep{ID: st.ID, Role: st.Role, After: st.After, Spec: st.Spec, Retries: st.Retries}
+		if steps[i].After == nil {
+			steps[i].After = []string{}
+		}
+	}
+	err = putHealthCheckStmt.queryRow(ctx, s.pool, named{"name": c.Name, "needs": c.Needs, "steps": steps,
+		"every_seconds": c.EverySeconds, "by": by}).Scan(&check.Name, &check.Needs, &check.Steps, &check.EverySeconds, &created)
+	return check, created, err
+}
+
+// GetHealthCheck is one health check (ErrNotFound when none has the name).
+func (s *Store) GetHealthCheck(ctx context.Context, name string) (HealthCheck, error) {
+	rows, err := getHealthCheckStmt.query(ctx, s.pool, name)
+	if err != nil {
+		return HealthCheck{}, err
+	}
+	c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[HealthCheck])
+	return c, getHealthCheckStmt.fail(err)
+}
+
+// ListHealthChecks is every health check, by name.
+func (s *Store) ListHealthChecks(ctx context.Context) ([]HealthCheck, error) {
+	return collect(ctx, s.pool, listHealthChecksStmt, pgx.RowToStructByPos[HealthCheck])
+}
+
+// DeleteHealthCheck removes a health check and answers it as it was.
+func (s *Store) DeleteHealthCheck(ctx context.Context, name string) (HealthCheck, error) {
+	rows, err := deleteHealthCheckStmt.query(ctx, s.pool, name)
+	if err != nil {
+		return HealthCheck{}, err
+	}
+	c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[HealthCheck])
+	return c, deleteHealthCheckStmt.fail(err)
 }

@@ -267,3 +267,37 @@ func TestNodeHistoryIsPrunedWithRetention(t *testing.T) {
 		t.Fatalf("%d lines of history left, want the unpublished health change alone", n)
 	}
 }
+
+// Of two boards alike, the wake and the submit take the healthy one; the suspect one serves
+// when it is all there is.
+func TestAHealthyNodeIsTakenBeforeASuspectOne(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Heartbeat("A", "b1", false, "board")
+	env.Heartbeat("B", "b1", false, "board")
+	env.Exec(`UPDATE nodes SET health = 'suspect', infra_failures = 1 WHERE node_id = 'A'`)
+	for i := range 6 {
+		id := fmt.Sprintf("r%d", i)
+		place(env, id, "board")
+		if env.Count(`SELECT count(*) FROM leases WHERE run_id = $1 AND node_id = 'B'`, id) != 1 {
+			t.Fatalf("%s was placed on the suspect A beside the healthy B", id)
+		}
+		if i == 5 {
+			break
+		}
+		env.Finish("B", "b1", id, wire.ReportSucceeded)
+	}
+	place(env, "last", "board") // B holds r5: only the suspect A serves
+	if env.Count(`SELECT count(*) FROM leases WHERE run_id = 'last' AND node_id = 'A'`) != 1 {
+		t.Fatal("the suspect A did not serve when it was all there was")
+	}
+	// Queued behind both, a run goes to the healthy node the wake finds free.
+	queued := env.Submit(apitest.NewRun("queued", "board"))
+	if queued.Run.State != wire.Queued {
+		t.Fatalf("queued: %s", queued.Run.State)
+	}
+	env.Finish("B", "b1", "r5", wire.ReportSucceeded)
+	if env.Count(`SELECT count(*) FROM leases WHERE run_id = 'queued' AND node_id = 'B'`) != 1 {
+		t.Fatalf("queued is %s, not on B", env.State("queued"))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"mediator/shared/wire"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,8 +75,13 @@ const renewSlack = time.Second
 // boot it is replacing, a twin first heartbeat — was refused whole by a constraint, and is
 // simply tried again: the next try sees what the other writer committed.
 func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResult, error) {
+	// Every node carries its implicit label (wire.NodeIDLabel): a role that needs it is pinned
+	// to the node, by the one matching every run goes through.
+	labels := append([]string{wire.NodeIDLabel(p.NodeID)}, p.Labels...)
+	slices.Sort(labels)
+	labels = slices.Compact(labels)
 	args := named{
-		"node_id": p.NodeID, "boot_id": p.BootID, "labels": p.Labels, "draining": p.Draining, "unhealthy": p.Unhealthy,
+		"node_id": p.NodeID, "boot_id": p.BootID, "labels": labels, "draining": p.Draining, "unhealthy": p.Unhealthy,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
 	}
 	var err error
@@ -242,6 +248,8 @@ func (s *Store) UndrainNode(ctx context.Context, nodeID string) (UndrainResult, 
 type AvailableNode struct {
 	NodeID string
 	Labels []string
+	// Suspect: the planner takes it only when no healthy node serves.
+	Suspect bool
 }
 
 // ListLeases is who holds what (GET /v1/leases).

@@ -123,6 +123,10 @@ func TestConstraintsHaveNames(t *testing.T) {
 		{"an unknown history line", `INSERT INTO node_history (node_id, kind, to_state) VALUES ('n1', 'mood', 'x')`,
 			"node_history_kind", store.ErrInvariant},
 		{"an unknown run kind", `UPDATE runs SET kind = 'hold' WHERE run_id = 'q1'`, "runs_kind_known", store.ErrInvariant},
+		{"a check every 0 seconds", `INSERT INTO health_checks (name, needs, steps, every_seconds, updated_by)
+			VALUES ('c', '{}', '[]', 0, 'admin:x')`, "health_checks_every_positive", store.ErrInvariant},
+		{"a check's steps not a list", `INSERT INTO health_checks (name, needs, steps, updated_by)
+			VALUES ('c', '{}', '{}', 'admin:x')`, "health_checks_steps_array", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

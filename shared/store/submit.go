@@ -119,9 +119,9 @@ func buildCandidatesSQL(width int) string {
 		walk := func(cmp string) string {
 			// OFFSET 0 keeps the lateral lookup a lookup: joined plainly, PostgreSQL read
 			// every capable node into a hash to match the few free ones walked.
-			return fmt.Sprintf(`(SELECT n.node_id, n.labels, true AS available
+			return fmt.Sprintf(`(SELECT n.node_id, n.labels, true AS available, n.suspect
          FROM (SELECT f.node_id FROM free_nodes f WHERE f.spread %[1]s $%[2]d AND {{unheld f}} ORDER BY f.spread LIMIT %[3]d) f
-         CROSS JOIN LATERAL (SELECT n.node_id, n.labels FROM nodes n WHERE n.node_id = f.node_id
+         CROSS JOIN LATERAL (SELECT n.node_id, n.labels, {{suspect n}} AS suspect FROM nodes n WHERE n.node_id = f.node_id
              AND n.labels @> $%[4]d::text[] AND {{takes_work n}} OFFSET 0) n)`, cmp, seed, walkFree, i)
 		}
 		walks = append(walks, fmt.Sprintf(`walk%d AS (
@@ -133,19 +133,19 @@ func buildCandidatesSQL(width int) string {
 		parts = append(parts, fmt.Sprintf(`
     SELECT * FROM walk%[1]d
     UNION ALL
-    (SELECT n.node_id, n.labels, true FROM nodes n
+    (SELECT n.node_id, n.labels, true, {{suspect n}} FROM nodes n
      WHERE (SELECT count(*) FROM walk%[1]d) < %[2]d
        AND n.labels @> $%[1]d::text[] AND {{takes_work n}}
        AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id AND {{unheld f}})
      LIMIT %[2]d)
     UNION ALL
-    (SELECT n.node_id, n.labels, false FROM nodes n
+    (SELECT n.node_id, n.labels, false, {{suspect n}} FROM nodes n
      WHERE (SELECT count(*) FROM walk%[1]d) < %[3]d AND n.labels @> $%[1]d::text[]
      LIMIT %[2]d)`, i, k, width))
 	}
 	return `/* submit: candidates */
 WITH ` + strings.Join(walks, ",\n") + `
-SELECT DISTINCT ON (c.node_id) c.node_id, c.labels, c.available,
+SELECT DISTINCT ON (c.node_id) c.node_id, c.labels, c.available, c.suspect,
        EXISTS (SELECT 1 FROM runs WHERE state = {{QUEUED}})
 FROM (` + strings.Join(parts, "\n    UNION ALL") + `
 ) c
@@ -218,7 +218,7 @@ func (c *candidateRead) scan(rows pgx.Rows) error {
 	defer rows.Close()
 	for rows.Next() {
 		var n match.Node
-		if err := rows.Scan(&n.ID, &n.Labels, &n.Available, &c.queueWaiting); err != nil {
+		if err := rows.Scan(&n.ID, &n.Labels, &n.Available, &n.Suspect, &c.queueWaiting); err != nil {
 			return c.st.fail(err)
 		}
 		c.nodes = append(c.nodes, n)

@@ -345,12 +345,13 @@ func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 			roles     []match.Role
 			labels    []string
 			runs      []plan.Head
+			suspect   *bool
 		)
-		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &runs); err != nil {
+		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &runs, &suspect); err != nil {
 			return start.fail(err)
 		}
 		if !isHead {
-			r.avail = append(r.avail, AvailableNode{NodeID: id, Labels: labels})
+			r.avail = append(r.avail, AvailableNode{NodeID: id, Labels: labels, Suspect: suspect != nil && *suspect})
 			continue
 		}
 		h := plan.Head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles}
@@ -425,7 +426,7 @@ func (r QueueRead) admits(run wire.NewRun, candidates []match.Node) (map[string]
 		}
 		own = append(own, c.ID)
 		if !slices.Contains(queued, c.ID) {
-			free = append(free, plan.Node{ID: c.ID, Labels: c.Labels})
+			free = append(free, plan.Node{ID: c.ID, Labels: c.Labels, Suspect: c.Suspect})
 		}
 	}
 	var shapes [][]plan.Head
@@ -436,7 +437,7 @@ func (r QueueRead) admits(run wire.NewRun, candidates []match.Node) (map[string]
 	assigned, left := plan.Admit(shapes, free, queued, own, head, run.RunID+"/")
 	out := make([]match.Node, len(left))
 	for i, n := range left {
-		out[i] = match.Node{ID: n.ID, Labels: n.Labels, Available: true, Preferred: slices.Contains(own, n.ID)}
+		out[i] = match.Node{ID: n.ID, Labels: n.Labels, Available: true, Preferred: slices.Contains(own, n.ID), Suspect: n.Suspect}
 	}
 	return assigned, out
 }
@@ -445,7 +446,7 @@ func (r QueueRead) admits(run wire.NewRun, candidates []match.Node) (map[string]
 func planNodes(avail []AvailableNode) []plan.Node {
 	out := make([]plan.Node, len(avail))
 	for i, a := range avail {
-		out[i] = plan.Node{ID: a.NodeID, Labels: a.Labels}
+		out[i] = plan.Node{ID: a.NodeID, Labels: a.Labels, Suspect: a.Suspect}
 	}
 	return out
 }

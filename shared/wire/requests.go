@@ -82,3 +82,12 @@ type LogURLs struct {
 	Epoch          int64
 	From, Count    int
 }
+
+// HealthCheck is an admin's health check: PUT /v1/health-checks/{name}.
+type HealthCheck struct {
+	Name  string
+	Needs []string // the nodes it applies to
+	// Steps are a one-role run's, on role HealthCheckRole.
+	Steps        []NewStep
+	EverySeconds *int // how often it runs on a node; nil, only when the node's health is in doubt
+}

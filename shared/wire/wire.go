@@ -8,7 +8,10 @@
 // others fails it.
 package wire
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // The shapes of what names things.
 var (
@@ -144,6 +147,9 @@ const (
 	FailureInfra = "infra"
 )
 
+// MaxInfraExitCodes bounds a step spec's infra_exit_codes.
+const MaxInfraExitCodes = 32
+
 // MaxUnhealthyBytes bounds a heartbeat's unhealthy reason, and an admin's quarantine reason.
 const MaxUnhealthyBytes = 512
 
@@ -157,9 +163,23 @@ const (
 	KindHealthCheck = "health_check"
 )
 
+// HealthCheckRole is the one role of a health check's run, pinned to the node it checks.
+const HealthCheckRole = "node"
+
+// MaxHealthCheckEverySeconds bounds a health check's every_seconds (a week).
+const MaxHealthCheckEverySeconds = 7 * 86400
+
 // NodeIDLabelKey is the implicit label every node carries, node_id=<its id>: a role that
 // needs it is pinned to that node. No advert may carry a label of that key itself.
 const NodeIDLabelKey = "node_id"
+
+// NodeIDLabel is the implicit label of node id.
+func NodeIDLabel(id string) string { return NodeIDLabelKey + "=" + id }
+
+// ImplicitLabel says whether label is of the implicit key, which only the server gives.
+func ImplicitLabel(label string) bool {
+	return label == NodeIDLabelKey || strings.HasPrefix(label, NodeIDLabelKey+"=")
+}
 
 // Reasons on FAILED and CANCELLED runs.
 const (

@@ -152,3 +152,28 @@ WHERE node_id = $1 ORDER BY event_id DESC LIMIT $2
 -- name: get_node
 /* nodes: get */
 SELECT {{node_view n l}} FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id WHERE n.node_id = $1
+
+-- fragment: health_check_view(c)
+-- A health check as its routes show it (HealthCheck in health.go).
+c.name, c.needs, c.steps, c.every_seconds
+
+-- name: put_health_check
+-- Registers a health check, or replaces it whole; answers it and whether it is new.
+/* health checks: put */
+INSERT INTO health_checks AS c (name, needs, steps, every_seconds, updated_by)
+VALUES (@name::text, @needs::text[], @steps::jsonb, @every_seconds::int, @by::text)
+ON CONFLICT ON CONSTRAINT health_checks_pkey DO UPDATE SET needs = excluded.needs, steps = excluded.steps,
+    every_seconds = excluded.every_seconds, updated_by = excluded.updated_by, updated_at = now()
+RETURNING {{health_check_view c}}, (xmax = 0)
+
+-- name: get_health_check
+/* health checks: get */
+SELECT {{health_check_view c}} FROM health_checks c WHERE c.name = $1
+
+-- name: list_health_checks
+/* health checks: list */
+SELECT {{health_check_view c}} FROM health_checks c ORDER BY c.name
+
+-- name: delete_health_check
+/* health checks: delete */
+DELETE FROM health_checks c WHERE c.name = $1 RETURNING {{health_check_view c}}

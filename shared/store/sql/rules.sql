@@ -38,6 +38,11 @@ r.created_at < now() - @starvation::float8 * interval '1 second'
 -- run only it could serve queues for it rather than being refused.
 (n.health = {{QUARANTINED}})
 
+-- fragment: suspect(n)
+-- A node with an infrastructure failure counted against it: the planner takes it only when no
+-- healthy node serves (plan.Node.Suspect).
+(n.health = {{SUSPECT}})
+
 -- fragment: takes_work(n)
 -- A node the queue may place on, lease aside: its advert is live, it is not drained and not
 -- quarantined. An available node also holds no lease: statements find those through free_nodes.
