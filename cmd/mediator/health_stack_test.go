@@ -149,7 +149,9 @@ func TestAgentQuarantinesItselfWhenAStepFillsItsDisk(t *testing.T) {
 	submit(t, base, client.RunRequest{RunID: "fill", Needs: []string{"kind=disk"}, Steps: []client.StepRequest{
 		{ID: "s", Spec: spec("cmd", `dd if=/dev/zero of="$BLOB" bs=64k`, "env", map[string]string{"BLOB": blob})}}})
 	n.waitFor("step failed", "run", "fill", "failure", "infra")
-	n.waitFor("unhealthy: the node quarantines itself", "reason", "low disk space under "+work)
+	if why, _ := n.waitFor("unhealthy: the node quarantines itself")["reason"].(string); !strings.HasPrefix(why, "low disk space under "+work+": ") {
+		t.Fatalf("the node's own reason: %q", why)
+	}
 	n.waitFor("node health: quarantined", "by", "self")
 	if s := submit(t, base, client.RunRequest{RunID: "after", Needs: []string{"kind=disk"}, Steps: []client.StepRequest{{ID: "s", Spec: spec("cmd", "echo ran")}}}); !s.Queued() {
 		t.Fatalf("after, on a full node: %d, want 202", s.Status)
