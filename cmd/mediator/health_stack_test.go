@@ -81,12 +81,12 @@ func TestInfraFailuresQuarantineTheNodeAndAnAdminLiftsIt(t *testing.T) {
 	}
 
 	expect(t, admin(t, base, "quarantine", "q-1"), 3, "--reason is needed")
-	expect(t, admin(t, base, "quarantine", "q-1", "--reason", "rewiring the \x1b[2Jhub"), 0, "quarantined", `rewiring the \x1b[2Jhub`)
+	expect(t, admin(t, base, "quarantine", "q-1", "--reason", "rewiring the hub"), 0, "quarantined", "rewiring the hub")
 	n.waitFor("node health: quarantined", "by", "admin:dev-admin")
 	if s := submit(t, base, client.RunRequest{RunID: "q5", Needs: []string{"kind=q"}, Steps: []client.StepRequest{{ID: "s", Spec: ok}}}); !s.Queued() {
 		t.Fatalf("q5 on an admin's quarantine: %d, want 202", s.Status)
 	}
-	expect(t, admin(t, base, "nodes"), 0, `rewiring the \x1b[2Jhub`)
+	expect(t, admin(t, base, "nodes"), 0, "rewiring the hub", "by admin:dev-admin")
 	expect(t, admin(t, base, "unquarantine", "q-1"), 0, "healthy")
 	n.waitFor("step reported", "run", "q5", "status", "succeeded")
 }
