@@ -76,7 +76,7 @@ func healthLine(n client.NodeInfo, now time.Time) string {
 		b.WriteString(" since " + ago(n.HealthSince, now))
 	}
 	if n.QuarantinedBy != nil {
-		b.WriteString(", quarantined by " + visible(*n.QuarantinedBy))
+		b.WriteString(" by " + visible(*n.QuarantinedBy))
 	}
 	if r := deref(n.HealthReason); r != "" {
 		b.WriteString(": " + visible(r))

@@ -19,7 +19,7 @@ func TestNodeHealthIsShownVisible(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	n := client.NodeInfo{NodeID: "rpi-7", Health: client.HealthQuarantined, HealthReason: ptr("hub \x1b[2Jgone\nsecond line"),
 		HealthSince: now.Add(-3 * time.Minute), InfraFailures: 3, QuarantinedBy: ptr("system"), HealthCheckDue: true}
-	if got, want := healthLine(n, now), `quarantined since 3m ago, quarantined by system: hub \x1b[2Jgone\nsecond line · 3 infra failure(s) in a row`; got != want {
+	if got, want := healthLine(n, now), `quarantined since 3m ago by system: hub \x1b[2Jgone\nsecond line · 3 infra failure(s) in a row`; got != want {
 		t.Errorf("healthLine: %q\nwant        %q", got, want)
 	}
 	if got, want := visible(whyCell(n)), `hub \x1b[2Jgone… · by system · check due`; got != want {
