@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"mediator/shared/client"
-	"mediator/shared/wire"
 )
 
 // These tests need the server's side of node health (the failure kind, the unhealthy
@@ -182,31 +181,4 @@ func TestHealthChecksFromTheCommandLine(t *testing.T) {
 	expect(t, admin(t, base, "health-check", "delete", "usb"), 0, "health check usb removed")
 	expect(t, admin(t, base, "health-check", "list"), 0, "no health checks")
 	expect(t, admin(t, base, "health-check", "get", "usb"), 3, "404")
-}
-
-// With a health check registered, lifting an admin's quarantine places the check on the node
-// before the run that waits; the check passes, the node is healthy, and the run follows. Run
-// listings show the check's kind.
-func TestAHealthCheckRunsBeforeTheQueuedRun(t *testing.T) {
-	t.Parallel()
-	_, base := serveAgents(t, agentTTL)
-	n := startAgent(t, base, "c-1", agentOpts{labels: []string{"kind=hc"}})
-	n.waitFor("heartbeating")
-	check := file(t, "usb.yaml", "needs: [kind=hc]\nsteps:\n  - {id: probe, spec: {cmd: echo the hub answers}}\n")
-	expect(t, admin(t, base, "health-check", "put", "usb", "-f", check), 0, "health check usb registered")
-	expect(t, admin(t, base, "quarantine", "c-1", "--reason", "new firmware"), 0, "quarantined")
-	n.waitFor("node health: quarantined", "by", "admin:dev-admin")
-	if s := submit(t, base, client.RunRequest{RunID: "waits", Needs: []string{"kind=hc"}, Steps: []client.StepRequest{{ID: "s", Spec: spec("cmd", "echo ran")}}}); !s.Queued() {
-		t.Fatalf("waits: %d, want 202", s.Status)
-	}
-	expect(t, admin(t, base, "unquarantine", "c-1"), 0, "node c-1:")
-	n.waitFor("step reported", "step", "probe", "status", "succeeded")
-	n.waitFor("step reported", "run", "waits", "status", "succeeded")
-	if got := nodeInfo(t, base, "c-1"); got.Health != client.HealthHealthy {
-		t.Fatalf("after its check passed: %s", got.Health)
-	}
-	expect(t, admin(t, base, "runs"), 0, "KIND", client.KindHealthCheck, "waits")
-	if r := getRun(t, base, "waits").Run; r.State != wire.Succeeded || r.Kind != client.KindRun {
-		t.Fatalf("waits: %s, kind %q", r.State, r.Kind)
-	}
 }
