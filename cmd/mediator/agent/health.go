@@ -11,6 +11,10 @@ import (
 	"mediator/shared/client"
 )
 
+// ellipsis marks text cut to fit: a message whose one line was longer than a message may be,
+// an unhealthy reason longer than a heartbeat carries.
+const ellipsis = "…"
+
 // How the agent tells a failure of the machine from a failure of the test. A failed report
 // says "infra" when the machine could not run the step:
 //   - the step could not start on it: the program (argv[0]) or the spec's workdir does not

@@ -224,8 +224,6 @@ func Message(why []string, out []byte, cut bool) string {
 	return head
 }
 
-// ellipsis begins a message whose one line was longer than the message may be.
-const ellipsis = "…"
 
 // LastLines is the end of out as text a report takes (valid UTF-8, no NUL), at most limit
 // bytes, beginning at the start of a line; cut says out begins in the middle of the output,
