@@ -224,7 +224,6 @@ func Message(why []string, out []byte, cut bool) string {
 	return head
 }
 
-
 // LastLines is the end of out as text a report takes (valid UTF-8, no NUL), at most limit
 // bytes, beginning at the start of a line; cut says out begins in the middle of the output,
 // so its first line is not whole. When not even the last line fits, it is cut after a space
