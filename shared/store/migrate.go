@@ -414,6 +414,11 @@ func watchLockWaits(pool *pgxpool.Pool, pid func() int32) *lockWatch {
 			var l lockWait
 			if migratorLockWait.queryRow(ctx, pool, pid()).Scan(&l.kind, &l.relation, &l.mode, &l.holders) == nil {
 				w.mu.Lock()
+				// A look that found the same wait but not who holds it (the holder's row not in
+				// that snapshot of pg_stat_activity) keeps the holders an earlier look named.
+				if l.holders == "" && l.kind == w.last.kind && l.relation == w.last.relation {
+					l.holders = w.last.holders
+				}
 				w.last = l
 				w.mu.Unlock()
 			}
