@@ -19,18 +19,7 @@ import (
 // under a later lease's keys; the URLs it already holds name keys of its own lease's attempt,
 // try and epoch, which no reader takes for a later attempt's log.
 func logURLs(c *call) (reply, error) {
-	if err := c.allow(auth.Node); err != nil {
-		return reply{}, err
-	}
-	runID, err := c.pathID("run_id")
-	if err != nil {
-		return reply{}, err
-	}
-	stepID, err := c.pathID("step_id", wire.NamePattern)
-	if err != nil {
-		return reply{}, err
-	}
-	body, err := c.body()
+	runID, stepID, body, err := c.nodeStepCall()
 	if err != nil {
 		return reply{}, err
 	}

@@ -20,21 +20,26 @@ func Result(d startup.Deps) Handler {
 	})
 }
 
+// nodeStepCall is what every node route on one step starts with: the caller a node, the run
+// and the step of the path, and the body.
+func (c *call) nodeStepCall() (runID, stepID string, body []byte, err error) {
+	if err = c.allow(auth.Node); err != nil {
+		return "", "", nil, err
+	}
+	if runID, err = c.pathID("run_id"); err != nil {
+		return "", "", nil, err
+	}
+	if stepID, err = c.pathID("step_id", wire.NamePattern); err != nil {
+		return "", "", nil, err
+	}
+	body, err = c.body()
+	return runID, stepID, body, err
+}
+
 // result applies a node's step report. Only the node the step is assigned to may report, under
 // the lease it holds; anything else is 409 stale_assignment and the node must drop the work.
 func result(c *call) (reply, error) {
-	if err := c.allow(auth.Node); err != nil {
-		return reply{}, err
-	}
-	runID, err := c.pathID("run_id")
-	if err != nil {
-		return reply{}, err
-	}
-	stepID, err := c.pathID("step_id", wire.NamePattern)
-	if err != nil {
-		return reply{}, err
-	}
-	body, err := c.body()
+	runID, stepID, body, err := c.nodeStepCall()
 	if err != nil {
 		return reply{}, err
 	}
