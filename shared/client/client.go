@@ -177,6 +177,12 @@ func (c *Client) do(ctx context.Context, k call, out replied) error {
 			if errors.As(err, &fatal) {
 				return fmt.Errorf("%s %s: %w", k.method, k.path, fatal.err)
 			}
+			// An attempt cut short by the budget's end says only that; the one before it says
+			// why the API could not be reached (refused, reset), which is what a person needs.
+			var prev *TransportError
+			if errors.Is(err, context.DeadlineExceeded) && errors.As(last, &prev) && !errors.Is(prev.Err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w (the attempt before: %v)", err, prev.Err)
+			}
 			last = &TransportError{Method: k.method, URL: u, Attempts: attempt, Elapsed: time.Since(start), Err: err}
 		case accepted(resp.StatusCode, k.accept):
 			reply := Reply{Status: resp.StatusCode, Body: data, Header: resp.Header}
