@@ -46,7 +46,7 @@ func heartbeat(c *call) (reply, error) {
 	if res.Lease != nil {
 		c.runID = res.Lease.RunID
 	}
-	c.afterCommit(res.Runs, res.CapacityAppeared, store.WakeParams{})
+	c.afterCommit(res.Runs, res.CapacityAppeared, store.WakeParams{}, res.HealthChanged...)
 	steps := res.Steps
 	if steps == nil {
 		steps = []store.NodeStep{}
@@ -126,11 +126,12 @@ func quarantineNode(c *call) (reply, error) {
 	if errs != nil {
 		return reply{}, problem.Invalid(errs)
 	}
-	n, err := c.d.Store.QuarantineNode(c.ctx, nodeID, c.who.Owner(), reason)
+	res, err := c.d.Store.QuarantineNode(c.ctx, nodeID, c.who.Owner(), reason)
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{http.StatusOK, map[string]any{"node": n}}, nil
+	c.afterCommit(nil, false, store.WakeParams{}, res.HealthChanged...)
+	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
 }
 
 // unquarantineNode lifts any quarantine (admin): the node is healthy again, its count reset,
@@ -147,7 +148,7 @@ func unquarantineNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit(nil, res.CapacityAppeared, store.WakeParams{Prefer: []string{nodeID}})
+	c.afterCommit(nil, res.CapacityAppeared, store.WakeParams{Prefer: []string{nodeID}}, res.HealthChanged...)
 	return reply{http.StatusOK, map[string]any{"node": res.Node}}, nil
 }
 

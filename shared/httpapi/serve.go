@@ -21,6 +21,7 @@ import (
 
 	"mediator/shared/auth"
 	"mediator/shared/problem"
+	"mediator/shared/publish"
 	"mediator/shared/startup"
 	"mediator/shared/store"
 	"mediator/shared/wire"
@@ -263,14 +264,18 @@ func (c *call) wake(p store.WakeParams) store.WakeResult {
 
 // afterCommit is what a write does once its own transaction committed: wake the queue when
 // the write made room (with what it knows of the nodes it freed), then publish the events of
-// the runs it changed and of those the wake promoted, within about a second (what it cannot
-// send, the reaper does). Neither changes the answer: the client's request already succeeded.
-func (c *call) afterCommit(changed []string, madeRoom bool, freed store.WakeParams) store.WakeResult {
+// the runs it changed and of those the wake promoted, and of the nodes whose health it moved
+// (the store's HealthChanged), all within about a second (what it cannot send, the reaper
+// does). Neither changes the answer: the client's request already succeeded.
+func (c *call) afterCommit(changed []string, madeRoom bool, freed store.WakeParams, moved ...string) store.WakeResult {
 	var woke store.WakeResult
 	if madeRoom {
 		woke = c.wake(freed)
 	}
-	c.d.Publisher.Runs(c.ctx, append(changed, woke.Runs...)...)
+	ctx, cancel := context.WithTimeout(c.ctx, publish.HandlerBudget)
+	defer cancel()
+	c.d.Publisher.Runs(ctx, append(changed, woke.Runs...)...)
+	c.d.Publisher.Nodes(ctx, moved...)
 	return woke
 }
 

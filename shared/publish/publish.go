@@ -1,9 +1,10 @@
-// Package publish sends run events to Amazon EventBridge: source "mediator", detail-type
-// "Run State Changed", one entry per state change (the store's outbox says what is still to
-// send). Handlers publish their own runs' events right after their COMMIT, within about a
-// second, and a failure never changes their answer; the reaper publishes whatever is left.
-// Delivery is at least once: consumers dedupe by detail.event_id and order a run's events by
-// detail.seq, since EventBridge keeps no order.
+// Package publish sends events to Amazon EventBridge, source "mediator": a run's change of
+// state ("Run State Changed", one entry per change) and a node's change of health ("Node
+// Health Changed"); the store's outboxes say what is still to send. Handlers publish their own
+// runs' and nodes' events right after their COMMIT, within about a second, and a failure never
+// changes their answer; the reaper publishes whatever is left. Delivery is at least once:
+// consumers dedupe by detail.event_id and order a run's events by detail.seq, since
+// EventBridge keeps no order.
 package publish
 
 import (
@@ -59,7 +60,7 @@ type Detail struct {
 	Assigned map[string]string `json:"assigned"`
 }
 
-// Publisher publishes run events to one event bus.
+// Publisher publishes run and node events to one event bus.
 type Publisher struct {
 	api   *eventbridge.Client
 	bus   string
@@ -73,8 +74,9 @@ func New(api *eventbridge.Client, bus string, st *store.Store, log *slog.Logger)
 	return &Publisher{api: api, bus: bus, store: st, log: log}
 }
 
-// handlerBudget bounds a handler's publishing: a dead endpoint must not slow an answer.
-const handlerBudget = time.Second
+// HandlerBudget bounds a handler's publishing: a dead endpoint must not slow an answer. A
+// handler that publishes both runs' and nodes' events gives both this one budget.
+const HandlerBudget = time.Second
 
 // Runs publishes the unpublished events of these runs — a handler's own — within about a
 // second. What it could not send stays marked, and the reaper sends it.
@@ -82,7 +84,7 @@ func (p *Publisher) Runs(ctx context.Context, runIDs ...string) {
 	if p == nil || len(runIDs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, handlerBudget)
+	ctx, cancel := context.WithTimeout(ctx, HandlerBudget)
 	defer cancel()
 	events, err := p.store.ClaimEventsOfRuns(ctx, runIDs, maxClaim)
 	if err == nil {
@@ -91,6 +93,26 @@ func (p *Publisher) Runs(ctx context.Context, runIDs ...string) {
 	if err != nil {
 		p.log.Warn("publishing left to the reaper", "runs", runIDs, "error", err.Error())
 	}
+}
+
+// Nodes publishes the unpublished events of these nodes — the health changes a handler (or
+// the reap) made — within about a second, and says how many it sent. What it could not send
+// stays marked, and the reaper sends it.
+func (p *Publisher) Nodes(ctx context.Context, nodeIDs ...string) int {
+	if p == nil || len(nodeIDs) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, HandlerBudget)
+	defer cancel()
+	events, err := p.store.ClaimEventsOfNodes(ctx, nodeIDs, maxClaim)
+	sent := 0
+	if err == nil {
+		sent, err = p.sendNodes(ctx, events)
+	}
+	if err != nil {
+		p.log.Warn("publishing left to the reaper", "nodes", nodeIDs, "error", err.Error())
+	}
+	return sent
 }
 
 // staleAfter is how long the reaper leaves an event to the handler that wrote it.
@@ -129,33 +151,38 @@ func (p *Publisher) Stale(ctx context.Context) (int, error) {
 	}
 }
 
-// staleNodes publishes the node events left unpublished (every one a handler or the reaper
-// wrote, a reap later: only the reaper sends node events), in batches while the deadline allows.
+// staleNodes publishes the node events left unpublished for longer than staleAfter, in batches
+// while the deadline allows.
 func (p *Publisher) staleNodes(ctx context.Context) (int, error) {
 	sent := 0
 	for {
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < reapMargin {
 			return sent, nil
 		}
-		events, err := p.store.ClaimNodeEvents(ctx, maxClaim)
+		events, err := p.store.ClaimStaleNodeEvents(ctx, staleAfter, maxClaim)
 		if err != nil || len(events) == 0 {
 			return sent, err
 		}
-		entries := make([]outgoing, len(events))
-		for i, e := range events {
-			detail, err := json.Marshal(NodeDetail{EventID: e.EventID, Kind: "node_health_changed", NodeID: e.NodeID,
-				From: e.From, To: e.To, Reason: e.Reason, By: e.By, At: e.At})
-			if err != nil {
-				return sent, err
-			}
-			entries[i] = outgoing{e.EventID, p.entry(NodeDetailType, detail, e.At)}
-		}
-		n, err := p.sendAll(ctx, entries, p.store.MarkNodeEventsPublished)
+		n, err := p.sendNodes(ctx, events)
 		sent += n
 		if err != nil {
 			return sent, err
 		}
 	}
+}
+
+// sendNodes publishes node events; see sendAll.
+func (p *Publisher) sendNodes(ctx context.Context, events []store.OutboundNodeEvent) (int, error) {
+	entries := make([]outgoing, len(events))
+	for i, e := range events {
+		detail, err := json.Marshal(NodeDetail{EventID: e.EventID, Kind: "node_health_changed", NodeID: e.NodeID,
+			From: e.From, To: e.To, Reason: e.Reason, By: e.By, At: e.At})
+		if err != nil {
+			return 0, err
+		}
+		entries[i] = outgoing{e.EventID, p.entry(NodeDetailType, detail, e.At)}
+	}
+	return p.sendAll(ctx, entries, p.store.MarkNodeEventsPublished)
 }
 
 // entriesPerCall is PutEvents' limit.

@@ -31,7 +31,7 @@ type Deps struct {
 	Store  *store.Store
 	Config config.Config
 	Log    *slog.Logger
-	// Publisher sends run events to EventBridge; nil when EVENT_BUS_NAME is empty.
+	// Publisher sends run and node events to EventBridge; nil when EVENT_BUS_NAME is empty.
 	Publisher *publish.Publisher
 	// Logs is the step logs' bucket; nil when LOG_BUCKET is empty (the stack keeps no logs).
 	Logs *steplogs.Bucket
@@ -77,7 +77,7 @@ func Open(ctx context.Context, name string, getenv func(string) string) (Deps, e
 	return Deps{Store: st, Config: cfg, Log: log}, nil
 }
 
-// Publisher is the run events' publisher when EVENT_BUS_NAME names a bus, else nil. Its
+// Publisher is the events' publisher when EVENT_BUS_NAME names a bus, else nil. Its
 // EventBridge client takes the default AWS configuration, endpoint included
 // (AWS_ENDPOINT_URL_EVENTBRIDGE points it at a local stand-in).
 func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (*publish.Publisher, error) {

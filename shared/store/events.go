@@ -7,12 +7,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Run events out. Every state change is a row of run_events, written by the transaction that
-// made it; while publishing is on, a trigger marks it unpublished in the same transaction (the
-// outbox, migration 0008). Publishers claim marked events for a moment, send them, and clear
-// the mark of those accepted: a handler its own runs' events right after its COMMIT, the
-// reaper whatever was left. At least once, never lost; a consumer dedupes by EventID and
-// orders by Seq.
+// Events out. Every state change of a run is a row of run_events, and every change of a node's
+// health a row of node_history, written by the transaction that made it; while publishing is
+// on, a trigger marks it unpublished in the same transaction (the outboxes, migrations 0008 and
+// 0015). Publishers claim marked events for a moment, send them, and clear the mark of those
+// accepted: a handler its own runs' and nodes' events right after its COMMIT, the reaper
+// whatever was left. At least once, never lost; a consumer dedupes by EventID (and orders a
+// run's by Seq).
 
 var (
 	claimEventsOfRunsStmt = stmt("claim_events_of_runs")
@@ -70,6 +71,7 @@ func (s *Store) MarkPublished(ctx context.Context, eventIDs []int64) error {
 }
 
 var (
+	claimEventsOfNodesStmt      = stmt("claim_events_of_nodes")
 	claimNodeEventsStmt         = stmt("claim_node_events")
 	markNodeEventsPublishedStmt = stmt("mark_node_events_published")
 )
@@ -85,10 +87,17 @@ type OutboundNodeEvent struct {
 	At      time.Time
 }
 
-// ClaimNodeEvents claims up to limit unpublished node events, oldest first.
-func (s *Store) ClaimNodeEvents(ctx context.Context, limit int) ([]OutboundNodeEvent, error) {
+// ClaimEventsOfNodes claims up to limit unpublished events of these nodes, oldest first.
+func (s *Store) ClaimEventsOfNodes(ctx context.Context, nodeIDs []string, limit int) ([]OutboundNodeEvent, error) {
+	return collect(ctx, s.pool, claimEventsOfNodesStmt, pgx.RowToStructByPos[OutboundNodeEvent],
+		named{"nodes": nodeIDs, "limit": limit, "claim_for": claimFor.Seconds()})
+}
+
+// ClaimStaleNodeEvents claims up to limit node events unpublished for longer than olderThan,
+// oldest first.
+func (s *Store) ClaimStaleNodeEvents(ctx context.Context, olderThan time.Duration, limit int) ([]OutboundNodeEvent, error) {
 	return collect(ctx, s.pool, claimNodeEventsStmt, pgx.RowToStructByPos[OutboundNodeEvent],
-		named{"limit": limit, "claim_for": claimFor.Seconds()})
+		named{"older_than": olderThan.Seconds(), "limit": limit, "claim_for": claimFor.Seconds()})
 }
 
 // MarkNodeEventsPublished clears the mark of node events EventBridge accepted.

@@ -18,8 +18,8 @@ func Translate(err error) error { return translate(err) }
 // ReapLease carries out the reaper's decision about one lease — read earlier — so a test can
 // interleave a renewal between the read and the write.
 func (s *Store) ReapLease(ctx context.Context, nodeID string, epoch int64) (bool, error) {
-	lost, _, err := s.reapLease(ctx, leaseRef{NodeID: nodeID, Epoch: epoch})
-	return lost, err
+	o, err := s.reapLease(ctx, leaseRef{NodeID: nodeID, Epoch: epoch})
+	return o.lost, err
 }
 
 // ReportHolding applies a report and, before committing it, calls then() while the run's lock

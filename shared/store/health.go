@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,10 @@ type HealthResult struct {
 	Node Node
 	// CapacityAppeared: a quarantine was lifted and the node is available now. The caller wakes.
 	CapacityAppeared bool
+	// HealthChanged is the node when the write may have moved its health: its events are the
+	// caller's to publish. An admin's write always names it, as its statement does not say
+	// whether the node was in another state already (the claim then finds nothing).
+	HealthChanged []string
 }
 
 // NodeEvent is a line of a node's history: a change of its health ("health": from, to, why) or
@@ -64,6 +69,7 @@ func (s *Store) heartbeatHealth(ctx context.Context, p wire.Heartbeat, res *Hear
 			return err
 		}
 		res.Node = h.Node
+		res.HealthChanged = movedHealth(res.HealthChanged, n, h.Node)
 		// Only what the restart released stays room: this node takes no new work now.
 		res.CapacityAppeared = res.CapacityAppeared && (takesWork(h.Node) || res.Released > 0)
 	case p.Unhealthy == "" && self:
@@ -72,9 +78,19 @@ func (s *Store) heartbeatHealth(ctx context.Context, p wire.Heartbeat, res *Hear
 			return err
 		}
 		res.Node = h.Node
+		res.HealthChanged = movedHealth(res.HealthChanged, n, h.Node)
 		res.CapacityAppeared = res.CapacityAppeared || h.CapacityAppeared
 	}
 	return nil
+}
+
+// movedHealth is changed with the node added when its health went from before's to after's:
+// a new reason for a quarantine of its own is no change, and no event.
+func movedHealth(changed []string, before, after Node) []string {
+	if before.Health == after.Health || slices.Contains(changed, after.NodeID) {
+		return changed
+	}
+	return append(changed, after.NodeID)
 }
 
 // healthWrite runs one of the health statements, which answer the node and whether it left a
@@ -94,18 +110,25 @@ func (s *Store) healthWrite(ctx context.Context, st statement, args named) (Heal
 // QuarantineNode records an admin's quarantine (POST /v1/nodes/{node_id}/quarantine): the node
 // takes no new lease until an admin lifts it, and finishes the one it holds. An admin's
 // quarantine already there is kept as the first admin gave it.
-func (s *Store) QuarantineNode(ctx context.Context, nodeID, by, reason string) (Node, error) {
+func (s *Store) QuarantineNode(ctx context.Context, nodeID, by, reason string) (HealthResult, error) {
 	if reason == "" {
 		reason = "quarantined by " + by
 	}
-	h, err := s.healthWrite(ctx, adminQuarantineStmt, named{"node_id": nodeID, "by": by, "reason": reason})
-	return h.Node, err
+	return adminHealth(s.healthWrite(ctx, adminQuarantineStmt, named{"node_id": nodeID, "by": by, "reason": reason}))
+}
+
+// adminHealth names the node of an admin's write in HealthChanged (see HealthResult).
+func adminHealth(h HealthResult, err error) (HealthResult, error) {
+	if err == nil {
+		h.HealthChanged = []string{h.Node.NodeID}
+	}
+	return h, err
 }
 
 // LiftQuarantine makes a node healthy again, its count reset, whoever quarantined it
 // (DELETE /v1/nodes/{node_id}/quarantine, an admin's).
 func (s *Store) LiftQuarantine(ctx context.Context, nodeID, by string) (HealthResult, error) {
-	return s.healthWrite(ctx, liftQuarantineStmt, named{"node_id": nodeID, "admin": true, "by": by})
+	return adminHealth(s.healthWrite(ctx, liftQuarantineStmt, named{"node_id": nodeID, "admin": true, "by": by}))
 }
 
 // GetNode is one node with its recent history (GET /v1/nodes/{node_id}).

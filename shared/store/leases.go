@@ -57,7 +57,7 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost los
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
 		"blame": blame, "lease_ttl": s.set.LeaseTTL.Seconds(), "quarantine_after": s.set.quarantineAfter(),
 		"health_message": "the node lost run " + lost.runID + " (" + l.Reason + ")",
-	}).Scan(&n, &others)
+	}).Scan(&n, &others, &lost.healthChanged)
 	lost.lost, lost.released = n == 1, n+others
 	return lost, err
 }
@@ -68,4 +68,7 @@ type lostRun struct {
 	runID    string
 	lost     bool
 	released int
+	// healthChanged: the loss moved the node's health (health.sql), whose events its caller
+	// publishes.
+	healthChanged bool
 }

@@ -28,6 +28,10 @@ type HeartbeatResult struct {
 	// Runs are the runs that lost the node to its restart (their events are the caller's to
 	// publish).
 	Runs []string
+	// HealthChanged is the node when this heartbeat moved its health (its agent's say, or a
+	// restart's loss counted): its events are the caller's to publish. Nil for a routine
+	// heartbeat, which writes no health and so costs nothing more.
+	HealthChanged []string
 }
 
 // HeldLease is the node's lease as the node sees it.
@@ -115,11 +119,13 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, arg
 		}
 		released, own := 0, 0
 		var runs []string
+		moved := false
 		for _, l := range stale {
 			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: wire.ReasonNodeRestarted, BootNot: p.BootID})
 			if err != nil {
 				return HeartbeatResult{}, err
 			}
+			moved = moved || lost.healthChanged
 			released += lost.released
 			if lost.lost {
 				own++
@@ -136,6 +142,9 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, arg
 			return HeartbeatResult{}, ErrRetry
 		}
 		res.Released, res.Runs = released, runs
+		if moved {
+			res.HealthChanged = []string{p.NodeID}
+		}
 		// The run-mates' nodes are free to take work whatever this node says (this node, by
 		// its new boot, as scanHeartbeat judged). Judged by this node alone, a restart that came
 		// back draining left its run-mates idle beside the queue.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"mediator/shared/wire"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,9 @@ type ReapSummary struct {
 	Unfinished bool `json:"unfinished,omitempty"`
 	// Walked is how many queued runs the wake considered (not part of the summary's JSON).
 	Walked int `json:"-"`
+	// HealthChanged are the nodes whose health the lost leases moved: the reap function
+	// publishes their events right after the sweep (not part of the summary's JSON).
+	HealthChanged []string `json:"-"`
 }
 
 // reapBatch bounds each read of what is due, and so each transaction that acts on it: a
@@ -267,15 +271,18 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 			if !inTime(ctx) {
 				break
 			}
-			lost, n, err := s.reapLease(ctx, l)
+			o, err := s.reapLease(ctx, l)
 			if err != nil {
 				return freed > 0, err
 			}
-			if lost {
+			if o.lost {
 				sum.Expired++
 			}
-			freed += n
-			progress = progress || n > 0
+			if o.healthChanged && !slices.Contains(sum.HealthChanged, l.NodeID) {
+				sum.HealthChanged = append(sum.HealthChanged, l.NodeID)
+			}
+			freed += o.released
+			progress = progress || o.released > 0
 		}
 		if len(due) < reapBatch || !progress {
 			break // done, or the rest is held by other writers: the next reap takes it
@@ -286,8 +293,8 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 }
 
 // reapLease is one expired lease's transaction.
-func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released int, err error) {
-	o, err := inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
+func (s *Store) reapLease(ctx context.Context, l leaseRef) (lostRun, error) {
+	return inTx(ctx, s, func(tx pgx.Tx) (lostRun, error) {
 		// The node first (lock.go): the loss counts against it. A node another writer holds
 		// (a restart, a report on it) is left to them, or to the next reap.
 		if err := loseLockNodeStmt.queryRow(ctx, tx, l.NodeID).Scan(new(int)); err != nil {
@@ -300,7 +307,6 @@ func (s *Store) reapLease(ctx context.Context, l leaseRef) (lost bool, released 
 			leaseRef: l, Reason: wire.ReasonLeaseExpired, OnlyExpired: true, SkipLocked: true,
 		})
 	})
-	return o.lost, o.released, err
 }
 
 func (s *Store) reapCancelGrace(ctx context.Context, sum *ReapSummary) (bool, error) {

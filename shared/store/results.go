@@ -30,6 +30,11 @@ type ReportResult struct {
 	// Log is where the try a started report began keeps its log (nil for any other report):
 	// the answer hands the node its first upload URLs, fenced as the report was.
 	Log *LogTarget
+	// HealthChanged is the reporter's node when the report moved its health (a failure counted
+	// to suspect or quarantined, a success making a suspect node healthy): its events are the
+	// caller's to publish. Nil otherwise, the routine report's case, read from the write's own
+	// answer at no extra cost.
+	HealthChanged []string
 	// freesReporter: the write releases the reporter's own lease.
 	freesReporter bool
 	// health: the write may change the node's health (reportsHealth).
@@ -79,7 +84,7 @@ func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error)
 					return err
 				}
 				if res.health != nil {
-					s.queueReportHealth(b, p, res.StepState, *res.health == wire.FailureInfra)
+					s.queueReportHealth(b, p, res.StepState, *res.health == wire.FailureInfra, &res)
 				}
 				if !res.freesReporter {
 					return nil
@@ -107,8 +112,9 @@ func reportsHealth(p wire.Report) *string {
 }
 
 // queueReportHealth writes what the report does to its node's health, in the report's
-// transaction, only if its step was written as decided (report_health).
-func (s *Store) queueReportHealth(b *pgx.Batch, p wire.Report, state string, infra bool) {
+// transaction, only if its step was written as decided (report_health), and names the node in
+// res.HealthChanged when its health moved.
+func (s *Store) queueReportHealth(b *pgx.Batch, p wire.Report, state string, infra bool, res *ReportResult) {
 	msg := "exit code unknown"
 	if p.ExitCode != nil {
 		msg = fmt.Sprintf("exit code %d", *p.ExitCode)
@@ -116,7 +122,16 @@ func (s *Store) queueReportHealth(b *pgx.Batch, p wire.Report, state string, inf
 	if p.Message != nil && *p.Message != "" {
 		msg = *p.Message
 	}
-	reportHealthStmt.queue(b, func(row pgx.Row) error { return row.Scan(new(int)) }, named{
+	reportHealthStmt.queue(b, func(row pgx.Row) error {
+		var moved int
+		if err := row.Scan(&moved); err != nil {
+			return err
+		}
+		if moved > 0 {
+			res.HealthChanged = []string{p.NodeID}
+		}
+		return nil
+	}, named{
 		"health_node": p.NodeID, "run_id": p.RunID, "step_id": p.StepID, "state": state, "epoch": p.Epoch,
 		"infra": infra, "quarantine_after": s.set.quarantineAfter(),
 		"health_message": fmt.Sprintf("step %s of run %s: %s", p.StepID, p.RunID, msg),

@@ -16,8 +16,9 @@ import (
 
 // Reap is the reap function's handler: it runs the store's sweep once per scheduled event (the
 // step logs of the runs retention prunes removed first, in a stack that keeps logs),
-// publishes the run events handlers left unpublished, logs the summary as one structured line
-// whose counts are CloudWatch metrics (metrics.go), and answers it.
+// publishes the events of the nodes whose health it moved and those handlers left unpublished,
+// logs the summary as one structured line whose counts are CloudWatch metrics (metrics.go), and
+// answers it.
 func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.ReapSummary, error) {
 	st, log, function := d.Store, d.Log, functionName()
 	var params store.ReapParams
@@ -29,8 +30,13 @@ func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.
 		if err == nil {
 			// EventBridge being down is not the reap's failure: the events stay marked, and
 			// the next reap tries again.
+			// The health the sweep moved goes out now, as a handler's would; the rest once
+			// stale.
+			own := d.Publisher.Nodes(ctx, sum.HealthChanged...)
 			var perr error
-			if sum.Published, perr = d.Publisher.Stale(ctx); perr != nil {
+			sum.Published, perr = d.Publisher.Stale(ctx)
+			sum.Published += own
+			if perr != nil {
 				log.Warn("publishing left to the next reap", "event_id", ev.ID, "error", perr.Error())
 			}
 		}

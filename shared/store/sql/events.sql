@@ -1,4 +1,5 @@
--- Run events out: the outbox (migration 0008) read, claimed and cleared. publish.go says how.
+-- Events out: the outboxes of runs (migration 0008) and nodes (0015) read, claimed and cleared.
+-- publish.go says how.
 
 -- fragment: outbound(c)
 -- The claimed events c (event_id) as they are published: the event, its place in its run's
@@ -49,13 +50,40 @@ WITH due AS (
 /* events: published */
 DELETE FROM run_events_unpublished WHERE event_id = ANY ($1::bigint[])
 
+-- fragment: outbound_node(c)
+-- The claimed node events c (event_id) as they are published: each a change of health of
+-- node_history.
+SELECT h.event_id, h.node_id, h.from_state, h.to_state, h.reason, h.by, h.at
+FROM c JOIN node_history h ON h.event_id = c.event_id
+ORDER BY h.event_id
+
+-- name: claim_events_of_nodes
+-- A handler's own node events: the unpublished health changes of the nodes it moved, claimed
+-- for @claim_for seconds so that the reaper does not send them meanwhile. No index of its own:
+-- the outbox holds only what is still to send, a few rows each finding its line by
+-- node_history's key, where the node's own index would walk its every lease line too.
+/* events: claim of nodes */
+WITH due AS (
+    SELECT u.event_id FROM node_events_unpublished u JOIN node_history h ON h.event_id = u.event_id
+    WHERE h.node_id = ANY (@nodes::text[]) AND (u.claimed_until IS NULL OR u.claimed_until < now())
+    ORDER BY u.event_id LIMIT @limit::int
+    FOR UPDATE OF u SKIP LOCKED
+), c AS (
+    UPDATE node_events_unpublished u SET claimed_until = now() + @claim_for::float8 * interval '1 second'
+    FROM due WHERE u.event_id = due.event_id
+    RETURNING u.event_id
+)
+{{outbound_node c}}
+
 -- name: claim_node_events
--- Node events (node_history's health changes, migration 0015): the unpublished, oldest first,
--- claimed for @claim_for seconds. The reaper sends them.
+-- The reaper's: node events (node_history's health changes, migration 0015) unpublished for
+-- @older_than seconds (a handler died after its COMMIT, or EventBridge refused them), oldest
+-- first, claimed for @claim_for seconds.
 /* events: claim node events */
 WITH due AS (
     SELECT u.event_id FROM node_events_unpublished u
-    WHERE u.claimed_until IS NULL OR u.claimed_until < now()
+    WHERE u.recorded_at < now() - @older_than::float8 * interval '1 second'
+      AND (u.claimed_until IS NULL OR u.claimed_until < now())
     ORDER BY u.recorded_at LIMIT @limit::int
     FOR UPDATE SKIP LOCKED
 ), c AS (
@@ -63,9 +91,7 @@ WITH due AS (
     FROM due WHERE u.event_id = due.event_id
     RETURNING u.event_id
 )
-SELECT h.event_id, h.node_id, h.from_state, h.to_state, h.reason, h.by, h.at
-FROM c JOIN node_history h ON h.event_id = c.event_id
-ORDER BY h.event_id
+{{outbound_node c}}
 
 -- name: mark_node_events_published
 /* events: node events published */

@@ -1,7 +1,8 @@
 /* events: claim node events */
 WITH due AS (
     SELECT u.event_id FROM node_events_unpublished u
-    WHERE u.claimed_until IS NULL OR u.claimed_until < now()
+    WHERE u.recorded_at < now() - @older_than::float8 * interval '1 second'
+      AND (u.claimed_until IS NULL OR u.claimed_until < now())
     ORDER BY u.recorded_at LIMIT @limit::int
     FOR UPDATE SKIP LOCKED
 ), c AS (
