@@ -303,10 +303,12 @@ func reportInfra(t *testing.T, env *apitest.Env, node, runID string) apitest.Res
 
 // A report that counts an infrastructure failure moves its node to suspect, and the report's
 // handler publishes that change before it answers, beside the run's events; a success after
-// it makes the node healthy again, published the same way. The reaper is never run.
+// it makes the node healthy again, published the same way. A routine success — nothing to
+// reset — asks for no node event. The reaper is never run.
 func TestAReportsHealthChangeIsPublishedBeforeTheAnswer(t *testing.T) {
 	t.Parallel()
-	env, bus := setup(t)
+	var tags pgcount.Tags
+	env, bus := setup(t, apitest.Tracer(&tags))
 	env.Beat("A", "b1", false, "board")
 	if r := env.Do(alice, "POST", "/v1/runs", run("a")); r.Status != 201 {
 		t.Fatalf("a: %s", r)
@@ -326,6 +328,14 @@ func TestAReportsHealthChangeIsPublishedBeforeTheAnswer(t *testing.T) {
 	env.Finish("A", "b1", "b", wire.ReportSucceeded)
 	if got, want := moves(nodeEvents(t, bus)), []string{"A:healthy>suspect by system", "A:suspect>healthy by system"}; !slices.Equal(got, want) {
 		t.Fatalf("published %v, want %v", got, want)
+	}
+	if r := env.Do(alice, "POST", "/v1/runs", run("c")); r.Status != 201 {
+		t.Fatalf("c: %s", r)
+	}
+	mark := tags.Mark()
+	env.Finish("A", "b1", "c", wire.ReportSucceeded)
+	if sent := tags.Since(mark); slices.Contains(sent, "events: claim of nodes") || len(nodeEvents(t, bus)) != 2 {
+		t.Fatalf("a routine report sent %v; %d node events published", sent, len(nodeEvents(t, bus)))
 	}
 	noneLeft(t, env, bus)
 	sameEvents(t, env, bus)
@@ -355,9 +365,11 @@ func TestAHeartbeatsHealthChangeIsPublishedAndARoutineOneSendsNothing(t *testing
 	if sent := tags.Since(mark); slices.Contains(sent, "events: claim of nodes") || len(bus.Accepted()) != 0 {
 		t.Fatalf("a routine heartbeat sent %v and published %d events", sent, len(bus.Accepted()))
 	}
+	mark = tags.Mark()
 	beat("disk full")
-	if got := moves(nodeEvents(t, bus)); !slices.Equal(got, []string{"A:healthy>quarantined by self"}) {
-		t.Fatalf("published by the time the heartbeat was answered: %v", got)
+	if got := moves(nodeEvents(t, bus)); !slices.Equal(got, []string{"A:healthy>quarantined by self"}) ||
+		!slices.Contains(tags.Since(mark), "events: claim of nodes") {
+		t.Fatalf("published by the time the heartbeat was answered: %v, having sent %v", got, tags.Since(mark))
 	}
 	mark = tags.Mark()
 	beat("disk still full")

@@ -28,10 +28,9 @@ func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.
 	return func(ctx context.Context, ev events.EventBridgeEvent) (store.ReapSummary, error) {
 		sum, err := st.Reap(ctx, params)
 		if err == nil {
-			// EventBridge being down is not the reap's failure: the events stay marked, and
-			// the next reap tries again.
 			// The health the sweep moved goes out now, as a handler's would; the rest once
-			// stale.
+			// stale. EventBridge being down is not the reap's failure: the events stay marked,
+			// and the next reap tries again.
 			own := d.Publisher.Nodes(ctx, sum.HealthChanged...)
 			var perr error
 			sum.Published, perr = d.Publisher.Stale(ctx)
