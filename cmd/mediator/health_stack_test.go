@@ -182,3 +182,42 @@ func TestHealthChecksFromTheCommandLine(t *testing.T) {
 	expect(t, admin(t, base, "health-check", "list"), 0, "no health checks")
 	expect(t, admin(t, base, "health-check", "get", "usb"), 3, "404")
 }
+
+// With a health check registered, an admin lifting a quarantine puts the check on the node
+// first: the real agent runs it before the run that queued for the node, the node is healthy
+// once it passed, and the queued run is placed next. `mediator runs` shows the check's kind.
+func TestAHealthCheckRunsBeforeTheQueuedRun(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	check := file(t, "hub.yaml", "needs: [kind=hc2]\nsteps:\n  - {id: probe, spec: {cmd: echo the hub answers}}\n")
+	expect(t, admin(t, base, "health-check", "put", "hub", "-f", check), 0, "health check hub registered")
+	n := startAgent(t, base, "hc2-1", agentOpts{labels: []string{"kind=hc2"}})
+	n.waitFor("heartbeating")
+	expect(t, admin(t, base, "quarantine", "hc2-1", "--reason", "reseating the board"), 0, "quarantined")
+	if s := submit(t, base, client.RunRequest{RunID: "after-check", Needs: []string{"kind=hc2"},
+		Steps: []client.StepRequest{{ID: "s", Spec: spec("cmd", "echo ran")}}}); !s.Queued() {
+		t.Fatalf("a run on a quarantined node: %d, want 202", s.Status)
+	}
+	expect(t, admin(t, base, "unquarantine", "hc2-1"), 0, "suspect", "a health check is due")
+	n.waitFor("step reported", "run", "after-check", "status", "succeeded")
+	page, err := api(t, base, "dev-admin").ListRuns(context.Background(), client.ListRunsParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checkRun string
+	for _, r := range page.Runs {
+		if r.Kind == client.KindHealthCheck {
+			checkRun = r.RunID
+		}
+	}
+	if checkRun == "" {
+		t.Fatalf("no health_check run among %+v", page.Runs)
+	}
+	if n.index("step reported", "run", checkRun, "status", "succeeded") > n.index("lease taken", "run", "after-check") {
+		t.Fatal("the queued run took the node before its health check passed")
+	}
+	if got := nodeInfo(t, base, "hc2-1"); got.Health != client.HealthHealthy || got.HealthCheckDue {
+		t.Fatalf("after the check passed: %s, check due %v", got.Health, got.HealthCheckDue)
+	}
+	expect(t, admin(t, base, "runs"), 0, checkRun, "health_check")
+}

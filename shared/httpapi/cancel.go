@@ -77,7 +77,16 @@ func cancel(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{})
+	var checked store.ChecksFinished
+	if node := res.Run.CheckedNode(); node != "" && res.Settled {
+		// A cancelled check leaves its node's health as it was, and the node open to other work
+		// again. Should this fail, the reaper's sweep does it; until then the node takes nothing.
+		if checked, err = c.d.Store.FinishHealthChecks(c.ctx, []string{node}); err != nil {
+			c.d.Log.Warn("health check not finished", "request_id", c.req.RequestContext.RequestID, "node_id", node, "error", err.Error())
+		}
+		res.CapacityAppeared = res.CapacityAppeared || len(checked.Opened) > 0
+	}
+	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{}, checked.HealthChanged...)
 	if res.Settled {
 		return reply{http.StatusOK, runBody(res.Run)}, nil
 	}

@@ -49,6 +49,18 @@ type Node struct {
 	// Suspect: an infrastructure failure is counted against it; it is taken only when no
 	// healthy node serves (match.Node.Suspect).
 	Suspect bool
+	// ReservedFor is the run a health check due on the node is: the node serves that run
+	// alone, which so goes first on it whatever the queue holds, and keeps it from no one
+	// else's protection ("" for a node open to any run).
+	ReservedFor string
+}
+
+// open is the set a head may take from: every node but those reserved for another run.
+func open(set []Node, h Head) []Node {
+	if !slices.ContainsFunc(set, func(n Node) bool { return n.ReservedFor != "" }) {
+		return set
+	}
+	return slices.DeleteFunc(slices.Clone(set), func(n Node) bool { return n.ReservedFor != "" && n.ReservedFor != h.RunID })
 }
 
 // Outcome is what became of one placement.
@@ -132,6 +144,8 @@ type Walked struct {
 //     its shape can be placed either, so the shape is left;
 //   - protection: a protected head that cannot be placed keeps every node that could serve one
 //     of its roles from every run walked after it, so a wide run is not starved by narrow ones;
+//   - a node reserved for a run (a health check due on it, Node.ReservedFor) serves that run
+//     and no other, and no protection keeps it from that run;
 //   - among the nodes that serve, healthy ones before suspect ones; among equally good nodes
 //     (match.Assign: the fewest labels first), the head's preferred ones, then an order of the
 //     seed and the shape.
@@ -149,7 +163,7 @@ func Walk(heads []Head, free []Node, opt Options, place Place) Walked {
 		if opt.Prefer != nil {
 			prefer = opt.Prefer(h)
 		}
-		assigned, unmet := match.Assign(h.Roles, matchNodes(set, prefer), opt.Seed+h.Shape)
+		assigned, unmet := match.Assign(h.Roles, matchNodes(open(set, h), prefer), opt.Seed+h.Shape)
 		if len(unmet) > 0 {
 			w.Unmet = true
 			if h.Protected {
@@ -263,10 +277,11 @@ func without(set []Node, ids ...string) []Node {
 	return slices.DeleteFunc(set, func(n Node) bool { return slices.Contains(ids, n.ID) })
 }
 
-// withoutCapable is set without the nodes that could serve one of roles.
+// withoutCapable is set without the open nodes that could serve one of roles: a reserved node
+// is its run's whatever a protected head needs.
 func withoutCapable(set []Node, roles []match.Role) []Node {
 	return slices.DeleteFunc(set, func(n Node) bool {
-		return slices.ContainsFunc(roles, func(r match.Role) bool { return match.Satisfies(n.Labels, r.Needs) })
+		return n.ReservedFor == "" && slices.ContainsFunc(roles, func(r match.Role) bool { return match.Satisfies(n.Labels, r.Needs) })
 	})
 }
 

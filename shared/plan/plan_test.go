@@ -236,3 +236,42 @@ func TestWalkPrefersAHealthyNodeToASuspectOne(t *testing.T) {
 		}
 	}
 }
+
+// A node reserved for a health check serves that check alone: not the run ahead of it in queue
+// order that could use it, and not kept from it by a protected run that cannot be placed.
+func TestAReservedNodeServesItsCheckAlone(t *testing.T) {
+	board := []match.Role{{Name: "main", Needs: []string{"board"}}}
+	wide := plan.Head{RunID: "wide", Shape: "w", Protected: true,
+		Roles: []match.Role{{Name: "a", Needs: []string{"board"}}, {Name: "b", Needs: []string{"board"}}, {Name: "c", Needs: []string{"board"}}}}
+	first := plan.Head{RunID: "first", Shape: "b", QueueRank: 0, Roles: board}
+	check := plan.Head{RunID: "check", Shape: "check:x", QueueRank: 50,
+		Roles: []match.Role{{Name: "node", Needs: []string{"board", "node_id=x"}}}}
+	for i := range 50 {
+		nodes := []plan.Node{{ID: "x", Labels: []string{"board", "node_id=x"}, ReservedFor: "check"}, {ID: "y", Labels: []string{"board", "node_id=y"}}}
+		placed := map[string]string{}
+		plan.Walk([]plan.Head{wide, first, check}, nodes, plan.Options{Seed: fmt.Sprint(i)}, func(h plan.Head, assigned map[string]string) plan.Placement {
+			for _, n := range assigned {
+				placed[h.RunID] = n
+			}
+			return plan.Placement{Outcome: plan.Placed, Run: h}
+		})
+		if placed["check"] != "x" {
+			t.Fatalf("seed %d: the check was not placed on its reserved node: %v", i, placed)
+		}
+		if n, ok := placed["first"]; ok && n == "x" {
+			t.Fatalf("seed %d: the run ahead took the node reserved for the check: %v", i, placed)
+		}
+		if _, ok := placed["first"]; ok {
+			t.Fatalf("seed %d: the protected wide run's node y went to a younger run: %v", i, placed)
+		}
+	}
+	// With nothing reserved, the same node goes to the run ahead.
+	placed := map[string]string{}
+	plan.Walk([]plan.Head{first}, []plan.Node{{ID: "x", Labels: []string{"board"}}}, plan.Options{}, func(h plan.Head, assigned map[string]string) plan.Placement {
+		placed[h.RunID] = assigned["main"]
+		return plan.Placement{Outcome: plan.Placed, Run: h}
+	})
+	if placed["first"] != "x" {
+		t.Fatalf("an open node was not taken: %v", placed)
+	}
+}

@@ -157,7 +157,7 @@ WITH {{keyed_nodes}}, slot AS (
 )
 SELECT coalesce(array_agg(node_id), '{}') FROM slot`)
 	var had []string
-	err := st.queryRow(ctx, tx, named{"nodes": nodes}).Scan(&had)
+	err := st.queryRow(ctx, tx, named{"nodes": nodes, "check_run": ""}).Scan(&had)
 	return had, err
 }
 

@@ -64,7 +64,7 @@ func (s *Store) heartbeatHealth(ctx context.Context, p wire.Heartbeat, res *Hear
 	self := n.QuarantinedBy != nil && *n.QuarantinedBy == wire.QuarantinedBySelf
 	switch {
 	case p.Unhealthy != "" && (n.Health != wire.HealthQuarantined || self && (n.HealthReason == nil || *n.HealthReason != p.Unhealthy)):
-		h, err := s.healthWrite(ctx, selfQuarantineStmt, named{"node_id": p.NodeID, "reason": p.Unhealthy})
+		h, err := s.healthWrite(ctx, s.pool, selfQuarantineStmt, named{"node_id": p.NodeID, "reason": p.Unhealthy})
 		if err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func (s *Store) heartbeatHealth(ctx context.Context, p wire.Heartbeat, res *Hear
 		// Only what the restart released stays room: this node takes no new work now.
 		res.CapacityAppeared = res.CapacityAppeared && (takesWork(h.Node) || res.Released > 0)
 	case p.Unhealthy == "" && self:
-		h, err := s.healthWrite(ctx, liftQuarantineStmt, named{"node_id": p.NodeID, "admin": false, "by": wire.QuarantinedBySelf})
+		h, err := s.healthWrite(ctx, s.pool, liftQuarantineStmt, named{"node_id": p.NodeID, "admin": false, "by": wire.QuarantinedBySelf})
 		if err != nil {
 			return err
 		}
@@ -95,10 +95,10 @@ func movedHealth(changed []string, before, after Node) []string {
 
 // healthWrite runs one of the health statements, which answer the node and whether it left a
 // quarantine.
-func (s *Store) healthWrite(ctx context.Context, st statement, args named) (HealthResult, error) {
+func (s *Store) healthWrite(ctx context.Context, q querier, st statement, args named) (HealthResult, error) {
 	var n Node
 	var lifted bool
-	err := st.queryRow(ctx, s.pool, args).Scan(&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining,
+	err := st.queryRow(ctx, q, args).Scan(&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining,
 		&n.DrainRequestedBy, &n.LastSeenAt, &n.Health, &n.HealthReason, &n.InfraFailures, &n.HealthSince,
 		&n.QuarantinedBy, &n.HealthCheckDue, &lifted)
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *Store) QuarantineNode(ctx context.Context, nodeID, by, reason string) (
 	if reason == "" {
 		reason = "quarantined by " + by
 	}
-	return adminHealth(s.healthWrite(ctx, adminQuarantineStmt, named{"node_id": nodeID, "by": by, "reason": reason}))
+	return adminHealth(s.healthWrite(ctx, s.pool, adminQuarantineStmt, named{"node_id": nodeID, "by": by, "reason": reason}))
 }
 
 // adminHealth names the node of an admin's write in HealthChanged (see HealthResult).
@@ -125,10 +125,69 @@ func adminHealth(h HealthResult, err error) (HealthResult, error) {
 	return h, err
 }
 
-// LiftQuarantine makes a node healthy again, its count reset, whoever quarantined it
-// (DELETE /v1/nodes/{node_id}/quarantine, an admin's).
+// LiftQuarantine lifts a node's quarantine, whoever made it (DELETE
+// /v1/nodes/{node_id}/quarantine, an admin's), its count reset: healthy, or, when a health
+// check applies to it, suspect with the check scheduled in the same transaction — the node
+// serves the check alone, and its outcome decides.
 func (s *Store) LiftQuarantine(ctx context.Context, nodeID, by string) (HealthResult, error) {
-	return adminHealth(s.healthWrite(ctx, liftQuarantineStmt, named{"node_id": nodeID, "admin": true, "by": by}))
+	return adminHealth(inTx(ctx, s, func(tx pgx.Tx) (HealthResult, error) {
+		h, err := s.healthWrite(ctx, tx, liftQuarantineStmt, named{"node_id": nodeID, "admin": true, "by": by})
+		if err != nil || h.Node.Health != wire.HealthSuspect {
+			return h, err
+		}
+		var scheduled int
+		if err := scheduleChecksStmt.queryRow(ctx, tx, named{"nodes": []string{nodeID}}).Scan(&scheduled); err != nil {
+			return h, err
+		}
+		h.Node.HealthCheckDue = h.Node.HealthCheckDue || scheduled > 0
+		return h, nil
+	}))
+}
+
+var (
+	scheduleChecksStmt         = stmt("schedule_checks")
+	schedulePeriodicChecksStmt = stmt("schedule_periodic_checks")
+	finishChecksStmt           = stmt("finish_checks")
+)
+
+// ChecksFinished is what applying the outcome of ended health checks did (finish_checks).
+type ChecksFinished struct {
+	// HealthChanged are the nodes whose health moved: their events are the caller's to publish.
+	HealthChanged []string
+	// Opened are the nodes open to other work now: the caller wakes the queue.
+	Opened []string
+}
+
+// queueFinishChecks applies the outcome of the checks that ended on nodes (all of them for
+// nil), in the batch's transaction, into f.
+func queueFinishChecks(b *pgx.Batch, nodes []string, f *ChecksFinished) {
+	finishChecksStmt.queue(b, func(row pgx.Row) error { return row.Scan(&f.HealthChanged, &f.Opened) },
+		named{"all": nodes == nil, "nodes": nonNil(nodes)})
+}
+
+func (s *Store) finishChecks(ctx context.Context, q querier, nodes []string) (ChecksFinished, error) {
+	var f ChecksFinished
+	err := finishChecksStmt.queryRow(ctx, q, named{"all": nodes == nil, "nodes": nonNil(nodes)}).Scan(&f.HealthChanged, &f.Opened)
+	return f, err
+}
+
+// FinishHealthChecks applies the outcome of every health check that ended on nodes (every
+// node for nil) by a path that does not apply it itself: a report applies its own check's in
+// its transaction, and a loss in its; a cancel's is applied here, after its commit, and the
+// reaper's sweep applies what is left (a deadline's end, a cancel whose caller died).
+func (s *Store) FinishHealthChecks(ctx context.Context, nodes []string) (ChecksFinished, error) {
+	return s.finishChecks(ctx, s.pool, nodes)
+}
+
+// periodicChecksBatch bounds the periodic checks one reap schedules; the next reap goes on.
+const periodicChecksBatch = 500
+
+// SchedulePeriodicChecks schedules the checks with every_seconds whose time has come on the
+// nodes they apply to (schedule_periodic_checks), and answers how many.
+func (s *Store) SchedulePeriodicChecks(ctx context.Context) (int, error) {
+	var n int
+	err := schedulePeriodicChecksStmt.queryRow(ctx, s.pool, named{"batch": periodicChecksBatch}).Scan(&n)
+	return n, err
 }
 
 // GetNode is one node with its recent history (GET /v1/nodes/{node_id}).

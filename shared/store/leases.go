@@ -59,6 +59,16 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost los
 		"health_message": "the node lost run " + lost.runID + " (" + l.Reason + ")",
 	}).Scan(&n, &others, &lost.healthChanged)
 	lost.lost, lost.released = n == 1, n+others
+	if err != nil || !lost.lost || l.Reason == wire.ReasonNodeRemoved {
+		return lost, err
+	}
+	// The node's row is the caller's (lock.go): a check the loss ended is applied, and a loss
+	// that made the node suspect schedules one. The released lease wakes the queue either way.
+	f, err := s.finishChecks(ctx, tx, []string{l.NodeID})
+	lost.healthChanged = lost.healthChanged || len(f.HealthChanged) > 0
+	if err == nil && blame {
+		_, err = scheduleChecksStmt.exec(ctx, tx, named{"nodes": []string{l.NodeID}})
+	}
 	return lost, err
 }
 

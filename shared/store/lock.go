@@ -37,6 +37,7 @@ type lockedRun struct {
 	attempt    int
 	cancelling bool
 	owner      string
+	kind       string // wire.KindRun, wire.KindHealthCheck
 	steps      []reportStep
 	epoch      *int64 // the node's lease on this run, if any
 	boot, role *string
@@ -51,7 +52,7 @@ type lockedRun struct {
 // r.state empty (see locked).
 func queueLockRun(b *pgx.Batch, t lockTarget, r *lockedRun) {
 	lockRunStmt.queue(b, func(row pgx.Row) error {
-		err := row.Scan(&r.state, &r.attempt, &r.cancelling, &r.owner)
+		err := row.Scan(&r.state, &r.attempt, &r.cancelling, &r.owner, &r.kind)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

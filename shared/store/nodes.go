@@ -259,6 +259,8 @@ type AvailableNode struct {
 	Labels []string
 	// Suspect: the planner takes it only when no healthy node serves.
 	Suspect bool
+	// ReservedFor: the health check due on the node, the one run it serves ("" for none).
+	ReservedFor string
 }
 
 // ListLeases is who holds what (GET /v1/leases).

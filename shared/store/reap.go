@@ -22,6 +22,11 @@ type ReapSummary struct {
 	// Stranded counts queued runs placed although nothing was released: each was a lost
 	// wakeup, which healthy operation never produces.
 	Stranded int `json:"stranded"`
+	// ChecksScheduled counts the periodic health checks whose time had come.
+	ChecksScheduled int `json:"checks_scheduled"`
+	// ChecksFinished counts the nodes a health check that ended by a cancel or a deadline
+	// opened to other work.
+	ChecksFinished int `json:"checks_finished"`
 	// OutageGrace counts the leases given a fresh TTL because the system, not their nodes,
 	// could accept no heartbeat for longer than a lease (see reapOutageGrace).
 	OutageGrace int `json:"outage_grace"`
@@ -78,6 +83,8 @@ func (s *Store) Reap(ctx context.Context, p ReapParams) (ReapSummary, error) {
 		// 6, before the wake: failing a starving run that no node can serve any more frees the
 		// nodes its protection held, and the wake below must see that.
 		s.reapRetired,
+		// Health checks, after every step that may end one, before the wake that places them.
+		s.reapHealthChecks,
 	}
 	for _, step := range steps {
 		room, err := step(ctx, &sum)
@@ -290,6 +297,26 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 	}
 	sum.Unfinished = sum.Unfinished || !inTime(ctx)
 	return freed > 0, nil
+}
+
+// reapHealthChecks applies the outcome of the checks that ended without a report or a loss
+// applying it (a cancel, a deadline), and schedules the periodic checks due. Either makes room:
+// a node open again, or one reserved for a check the wake places.
+func (s *Store) reapHealthChecks(ctx context.Context, sum *ReapSummary) (bool, error) {
+	f, err := s.finishChecks(ctx, s.pool, nil)
+	if err != nil {
+		return false, err
+	}
+	sum.ChecksFinished = len(f.Opened)
+	for _, n := range f.HealthChanged {
+		if !slices.Contains(sum.HealthChanged, n) {
+			sum.HealthChanged = append(sum.HealthChanged, n)
+		}
+	}
+	if sum.ChecksScheduled, err = s.SchedulePeriodicChecks(ctx); err != nil {
+		return len(f.Opened) > 0, err
+	}
+	return len(f.Opened) > 0 || sum.ChecksScheduled > 0, nil
 }
 
 // reapLease is one expired lease's transaction.

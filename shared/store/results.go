@@ -39,6 +39,8 @@ type ReportResult struct {
 	freesReporter bool
 	// health: the write may change the node's health (reportsHealth).
 	health *string
+	// checkFinished: the report ended the health check due on its node.
+	checkFinished ChecksFinished
 }
 
 // reportStep is a step as the report path reads it.
@@ -73,9 +75,10 @@ func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error)
 		var res ReportResult
 		return pipelined[ReportResult]{
 			read: func(b *pgx.Batch) {
-				if health := reportsHealth(p); health != nil {
-					// The node before the run (lock.go): the report may change its health.
-					b.Queue(reportLockNodeStmt.sql, p.NodeID, *health == wire.FailureInfra)
+				if p.Status != wire.ReportStarted {
+					// The node before the run (lock.go): the report may change its health, or
+					// end the health check due on it.
+					b.Queue(reportLockNodeStmt.sql, p.NodeID, p.Status == wire.ReportFailed && p.Failure == wire.FailureInfra, p.RunID)
 				}
 				queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr)
 			},
@@ -86,13 +89,29 @@ func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error)
 				if res.health != nil {
 					s.queueReportHealth(b, p, res.StepState, *res.health == wire.FailureInfra, &res)
 				}
+				if lr.kind == wire.KindHealthCheck && res.Settled != "" {
+					// The check ended: its outcome moves the node, which it opens to other work.
+					queueFinishChecks(b, []string{p.NodeID}, &res.checkFinished)
+				}
+				if res.health != nil && *res.health == wire.FailureInfra {
+					// An infrastructure failure that made the node suspect: a check applies, and
+					// the node serves it alone from this commit on.
+					scheduleChecksStmt.queue(b, func(row pgx.Row) error { return row.Scan(new(int)) },
+						named{"nodes": []string{p.NodeID}})
+				}
 				if !res.freesReporter {
 					return nil
 				}
 				s.queueReportRead(b, p.NodeID, &res)
 				return nil
 			},
-			result: func() ReportResult { return res },
+			result: func() ReportResult {
+				if len(res.checkFinished.HealthChanged) > 0 {
+					res.HealthChanged = []string{p.NodeID}
+				}
+				res.CapacityAppeared = res.CapacityAppeared || len(res.checkFinished.Opened) > 0
+				return res
+			},
 		}
 	})
 }

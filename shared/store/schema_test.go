@@ -127,6 +127,13 @@ func TestConstraintsHaveNames(t *testing.T) {
 			VALUES ('c', '{}', '[]', 0, 'admin:x')`, "health_checks_every_positive", store.ErrInvariant},
 		{"a check's steps not a list", `INSERT INTO health_checks (name, needs, steps, updated_by)
 			VALUES ('c', '{}', '{}', 'admin:x')`, "health_checks_steps_array", store.ErrInvariant},
+		// Health checks placed (migration 0016).
+		{"a check run of no check", `UPDATE runs SET kind = 'health_check' WHERE run_id = 'q1'`,
+			"runs_health_check_names_check_and_node", store.ErrInvariant},
+		{"a client's run naming a check", `UPDATE runs SET check_name = 'usb', check_node = 'n1' WHERE run_id = 'q1'`,
+			"runs_health_check_names_check_and_node", store.ErrInvariant},
+		{"a node reserved for no run", `UPDATE nodes SET check_run_id = 'nope' WHERE node_id = 'n1'`,
+			"nodes_check_run_fkey", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

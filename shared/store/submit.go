@@ -122,7 +122,7 @@ func buildCandidatesSQL(width int) string {
 			return fmt.Sprintf(`(SELECT n.node_id, n.labels, true AS available, n.suspect
          FROM (SELECT f.node_id FROM free_nodes f WHERE f.spread %[1]s $%[2]d AND {{unheld f}} ORDER BY f.spread LIMIT %[3]d) f
          CROSS JOIN LATERAL (SELECT n.node_id, n.labels, {{suspect n}} AS suspect FROM nodes n WHERE n.node_id = f.node_id
-             AND n.labels @> $%[4]d::text[] AND {{takes_work n}} OFFSET 0) n)`, cmp, seed, walkFree, i)
+             AND n.labels @> $%[4]d::text[] AND {{takes_work n}} AND {{unreserved n}} OFFSET 0) n)`, cmp, seed, walkFree, i)
 		}
 		walks = append(walks, fmt.Sprintf(`walk%d AS (
     SELECT * FROM (
@@ -135,7 +135,7 @@ func buildCandidatesSQL(width int) string {
     UNION ALL
     (SELECT n.node_id, n.labels, true, {{suspect n}} FROM nodes n
      WHERE (SELECT count(*) FROM walk%[1]d) < %[2]d
-       AND n.labels @> $%[1]d::text[] AND {{takes_work n}}
+       AND n.labels @> $%[1]d::text[] AND {{takes_work n}} AND {{unreserved n}}
        AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id AND {{unheld f}})
      LIMIT %[2]d)
     UNION ALL
@@ -474,7 +474,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 		"shape": Shape(run.Roles), "max_attempts": run.MaxAttempts, "timeout": run.TimeoutSeconds,
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
 		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),
-		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(),
+		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(), "check_run": "",
 	})
 	return nil
 }

@@ -2,7 +2,10 @@ package store
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+
+	"mediator/shared/wire"
 )
 
 // Run is a run as clients see it. RunID is the id its owner chose (the run's name): unique
@@ -49,6 +52,20 @@ func (r Run) ShownTo(v Viewer) Run {
 
 // StoreKey is the run's key, unique across owners.
 func (r Run) StoreKey() string { return r.key }
+
+// CheckedNode is the node a health check run checks: the one its role is pinned to ("" for a
+// run of another kind).
+func (r Run) CheckedNode() string {
+	if r.Kind != wire.KindHealthCheck {
+		return ""
+	}
+	for _, need := range r.Roles[wire.HealthCheckRole].Needs {
+		if id, ok := strings.CutPrefix(need, wire.NodeIDLabelKey+"="); ok {
+			return id
+		}
+	}
+	return ""
+}
 
 // Role is one named slot of a run.
 type Role struct {

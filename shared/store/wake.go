@@ -346,12 +346,17 @@ func (r *QueueRead) scan(start statement, rows pgx.Rows) error {
 			labels    []string
 			runs      []plan.Head
 			suspect   *bool
+			reserved  *string
 		)
-		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &runs, &suspect); err != nil {
+		if err := rows.Scan(&isHead, &id, &shape, &createdAt, &rank, &protected, &roles, &labels, &runs, &suspect, &reserved); err != nil {
 			return start.fail(err)
 		}
 		if !isHead {
-			r.avail = append(r.avail, AvailableNode{NodeID: id, Labels: labels, Suspect: suspect != nil && *suspect})
+			a := AvailableNode{NodeID: id, Labels: labels, Suspect: suspect != nil && *suspect}
+			if reserved != nil {
+				a.ReservedFor = *reserved
+			}
+			r.avail = append(r.avail, a)
 			continue
 		}
 		h := plan.Head{RunID: id, Shape: *shape, CreatedAt: *createdAt, QueueRank: *rank, Protected: *protected, Roles: roles}
@@ -429,12 +434,15 @@ func (r QueueRead) admits(run wire.NewRun, candidates []match.Node) (map[string]
 			free = append(free, plan.Node{ID: c.ID, Labels: c.Labels, Suspect: c.Suspect})
 		}
 	}
+	reserved := func(n plan.Node) bool { return n.ReservedFor != "" }
 	var shapes [][]plan.Head
 	for _, h := range r.heads {
 		shapes = append(shapes, append([]plan.Head{h}, r.behind[h.Shape].runs...))
 	}
 	head := plan.Head{RunID: run.RunID, Shape: Shape(run.Roles), Roles: matchRoles(run.Roles)}
 	assigned, left := plan.Admit(shapes, free, queued, own, head, run.RunID+"/")
+	// A node reserved for a check is no spare: the submit's insert would refuse it anyway.
+	left = slices.DeleteFunc(left, reserved)
 	out := make([]match.Node, len(left))
 	for i, n := range left {
 		out[i] = match.Node{ID: n.ID, Labels: n.Labels, Available: true, Preferred: slices.Contains(own, n.ID), Suspect: n.Suspect}
@@ -446,7 +454,7 @@ func (r QueueRead) admits(run wire.NewRun, candidates []match.Node) (map[string]
 func planNodes(avail []AvailableNode) []plan.Node {
 	out := make([]plan.Node, len(avail))
 	for i, a := range avail {
-		out[i] = plan.Node{ID: a.NodeID, Labels: a.Labels, Suspect: a.Suspect}
+		out[i] = plan.Node{ID: a.NodeID, Labels: a.Labels, Suspect: a.Suspect, ReservedFor: a.ReservedFor}
 	}
 	return out
 }
@@ -507,7 +515,7 @@ func (s *Store) promote(ctx context.Context, w *waking, h plan.Head, assigned ma
 	}
 	args := named{
 		"head_shape": h.Shape, "head_created_at": h.CreatedAt, "head_run_id": h.RunID, "head_queue_rank": h.QueueRank,
-		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(),
+		"needs": needs, "nodes": nodes, "lease_ttl": s.set.LeaseTTL.Seconds(), "check_run": h.RunID,
 	}
 	scan := func(row pgx.Row) error { return row.Scan(&had, &runID, &createdAt, &rank, &startedAt, &roles, &where) }
 	var err error

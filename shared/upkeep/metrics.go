@@ -34,6 +34,8 @@ func reapMetrics(sum store.ReapSummary) []metric {
 		{"RunsUnservable", sum.Unservable},
 		{"RunsPromoted", sum.Promoted},
 		{StrandedRunsMetric, sum.Stranded},
+		{"HealthChecksScheduled", sum.ChecksScheduled},
+		{"HealthChecksFinished", sum.ChecksFinished},
 		{"OutageGraceLeases", sum.OutageGrace},
 		{"RunsPruned", sum.Pruned},
 		{"EventsPublished", sum.Published},

@@ -166,6 +166,13 @@ const (
 // HealthCheckRole is the one role of a health check's run, pinned to the node it checks.
 const HealthCheckRole = "node"
 
+// SystemOwner owns the runs the system places itself: health checks. Only admins see them.
+const SystemOwner = "system"
+
+// HealthCheckTimeoutSeconds is a health check run's timeout: a check that hangs fails, and its
+// node is quarantined, rather than keeping the node from every other run.
+const HealthCheckTimeoutSeconds = 1800
+
 // MaxHealthCheckEverySeconds bounds a health check's every_seconds (a week).
 const MaxHealthCheckEverySeconds = 7 * 86400
 

@@ -23,7 +23,7 @@
 /* heartbeat */
 WITH prev AS (
     SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
-           health, health_reason, infra_failures, health_since, quarantined_by
+           health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
     FROM nodes WHERE node_id = @node_id::text
 ), stale AS (
     SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
@@ -40,13 +40,13 @@ WITH prev AS (
            CASE WHEN @unhealthy::text <> '' THEN {{by_self}} END, nullif(@unhealthy::text, '')
     WHERE NOT EXISTS (SELECT 1 FROM prev)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
-        health, health_reason, infra_failures, health_since, quarantined_by
+        health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
 ), upd AS (
     UPDATE nodes SET labels = @labels::text[], boot_id = @boot_id::text, draining = @draining::bool,
         advert_expires_at = now() + @advert_ttl::float8 * interval '1 second', last_seen_at = now()
     WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM stale)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
-        health, health_reason, infra_failures, health_since, quarantined_by
+        health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
 ), node AS (
     SELECT * FROM ins
     UNION ALL SELECT * FROM upd
@@ -104,7 +104,7 @@ FROM leases lease WHERE lease.node_id = $1 AND lease.boot_id = $2
 
 -- fragment: node_health(n)
 -- A node's health as its view shows it (Node in types.go).
-n.health, n.health_reason, n.infra_failures, n.health_since, n.quarantined_by, false
+n.health, n.health_reason, n.infra_failures, n.health_since, n.quarantined_by, NOT {{unreserved n}}
 
 -- fragment: node_view(n, l)
 -- A node as GET /v1/nodes shows it (Node in types.go); l is its lease, if any.

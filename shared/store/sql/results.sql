@@ -65,7 +65,7 @@ WITH RECURSIVE step AS ({{report_step_update}}
     WHERE {{takes_work n}} AND EXISTS (
         SELECT 1 FROM wanted w WHERE n.labels @> w.needs AND NOT EXISTS (
             SELECT 1 FROM free_nodes f JOIN nodes o ON o.node_id = f.node_id
-            WHERE {{unheld f}} AND {{takes_work o}} AND o.labels @> w.needs
+            WHERE {{unheld f}} AND {{takes_work o}} AND {{unreserved o}} AND o.labels @> w.needs
               AND o.node_id NOT IN (SELECT node_id FROM freed)))
     ON CONFLICT DO NOTHING
     RETURNING node_id

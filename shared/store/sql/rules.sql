@@ -43,9 +43,21 @@ r.created_at < now() - @starvation::float8 * interval '1 second'
 -- healthy node serves (plan.Node.Suspect).
 (n.health = {{SUSPECT}})
 
+-- fragment: unreserved(n)
+-- A node no health check is due on (migration 0016). A node with one due serves that check
+-- alone until its outcome is applied (plan.Node.ReservedFor, serves_placed): the check goes
+-- first on the node whatever the queue holds, and a submit never places on it.
+n.check_run_id IS NULL
+
+-- fragment: serves_placed(n)
+-- A node taking work may serve the run being placed: it is unreserved, or reserved for that
+-- very run (@check_run: the promotion's head; '' for a submit, which places no check).
+({{unreserved n}} OR n.check_run_id = @check_run::text)
+
 -- fragment: takes_work(n)
 -- A node the queue may place on, lease aside: its advert is live, it is not drained and not
--- quarantined. An available node also holds no lease: statements find those through free_nodes.
+-- quarantined. An available node also holds no lease (statements find those through
+-- free_nodes) and is unreserved, or reserved for the run placed.
 n.advert_expires_at > now() AND NOT {{drained n}} AND NOT {{quarantined n}}
 
 -- fragment: unheld(f)

@@ -56,16 +56,16 @@ WITH RECURSIVE {{queued_shapes}}, heads AS (
     SELECT DISTINCT ro.needs FROM heads h
     CROSS JOIN LATERAL (SELECT needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
 ), free AS (
-    SELECT n.node_id, n.labels, {{suspect n}} AS suspect FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
+    SELECT n.node_id, n.labels, {{suspect n}} AS suspect, n.check_run_id FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
     WHERE EXISTS (SELECT 1 FROM heads) AND {{takes_work n}} AND {{wake_may_use f}}
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
     LIMIT {{startNodes}}
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles, NULL::text[],
-       {{behind_head h}}, NULL::bool
+       {{behind_head h}}, NULL::bool, NULL::text
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
-SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL, f.suspect FROM free f
+SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL, f.suspect, f.check_run_id FROM free f
 
 -- fragment: behind_head(h)
 -- The queued runs of head h's shape behind it, in the order the wake takes them (protected ones
@@ -102,11 +102,11 @@ SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape @head}}
 -- one free (Hall's condition). The nodes are found by their labels (nodes_labels) and then
 -- checked free, each need's labels split once (OFFSET 0), not once per node.
 /* wake: free nodes by need */
-SELECT DISTINCT c.node_id, c.labels, c.suspect
+SELECT DISTINCT c.node_id, c.labels, c.suspect, coalesce(c.check_run_id, '')
 FROM unnest(@needs::text[]) AS nd(need)
 CROSS JOIN LATERAL (SELECT string_to_array(nd.need, ',') AS labels OFFSET 0) want
 CROSS JOIN LATERAL (
-    SELECT n.node_id, n.labels, {{suspect n}} AS suspect FROM nodes n
+    SELECT n.node_id, n.labels, {{suspect n}} AS suspect, n.check_run_id FROM nodes n
     WHERE n.labels @> want.labels AND {{takes_work n}}
       AND EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = n.node_id AND {{wake_may_use f}})
     LIMIT @k) c
@@ -125,7 +125,7 @@ CROSS JOIN LATERAL (
 -- while the promotion held the run it picked, and every other wake would skip that run.
 keyed AS (
     SELECT n.node_id, n.boot_id FROM nodes n
-    WHERE n.node_id = ANY (@nodes::text[]) AND {{takes_work n}}
+    WHERE n.node_id = ANY (@nodes::text[]) AND {{takes_work n}} AND {{serves_placed n}}
     FOR KEY SHARE OF n SKIP LOCKED
 )
 

@@ -1,7 +1,7 @@
 /* heartbeat */
 WITH prev AS (
     SELECT node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
-           health, health_reason, infra_failures, health_since, quarantined_by
+           health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
     FROM nodes WHERE node_id = @node_id::text
 ), stale AS (
     SELECT run_id, epoch FROM leases WHERE node_id = @node_id::text AND boot_id <> @boot_id::text
@@ -16,13 +16,13 @@ WITH prev AS (
            CASE WHEN @unhealthy::text <> '' THEN 'self' END, nullif(@unhealthy::text, '')
     WHERE NOT EXISTS (SELECT 1 FROM prev)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
-        health, health_reason, infra_failures, health_since, quarantined_by
+        health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
 ), upd AS (
     UPDATE nodes SET labels = @labels::text[], boot_id = @boot_id::text, draining = @draining::bool,
         advert_expires_at = now() + @advert_ttl::float8 * interval '1 second', last_seen_at = now()
     WHERE node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM stale)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
-        health, health_reason, infra_failures, health_since, quarantined_by
+        health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
 ), node AS (
     SELECT * FROM ins
     UNION ALL SELECT * FROM upd
@@ -53,7 +53,7 @@ SELECT
      WHEN node.advert_expires_at <= now() THEN 'offline'
      WHEN (node.draining OR node.drain_requested_by IS NOT NULL) THEN 'draining'
      ELSE 'idle' END, node.labels, node.boot_id, (node.draining OR node.drain_requested_by IS NOT NULL), node.drain_requested_by,
-    node.last_seen_at, node.health, node.health_reason, node.infra_failures, node.health_since, node.quarantined_by, false,
+    node.last_seen_at, node.health, node.health_reason, node.infra_failures, node.health_since, node.quarantined_by, NOT node.check_run_id IS NULL,
     lease.run_id, lease.epoch, lease.expires_at,
     (SELECT coalesce(json_agg(json_build_object('run_id', s.run_id, 'step_id', s.step_id, 'role', s.role, 'attempt', r.attempt,
     'spec', s.spec, 'state', s.state, 'runnable', s.state = 'PENDING' AND r.cancel_requested_at IS NULL AND NOT EXISTS (

@@ -1,11 +1,16 @@
 /* health: lift */
 WITH o AS (
-    SELECT node_id, health FROM nodes
-    WHERE node_id = @node_id::text AND (health <> 'healthy' OR infra_failures > 0)
-      AND (@admin::bool OR quarantined_by = 'self')
-    FOR NO KEY UPDATE
+    SELECT n.node_id, n.health,
+           @admin::bool AND n.health = 'quarantined' AND EXISTS (SELECT 1 FROM (SELECT c.name, c.needs, c.steps FROM health_checks c WHERE n.labels @> c.needs
+ ORDER BY cardinality(c.needs) DESC, c.name LIMIT 1) c) AS checked
+    FROM nodes n
+    WHERE n.node_id = @node_id::text AND (n.health <> 'healthy' OR n.infra_failures > 0)
+      AND (@admin::bool OR n.quarantined_by = 'self')
+    FOR NO KEY UPDATE OF n
 ), moved AS (
-    UPDATE nodes n SET health = 'healthy', quarantined_by = NULL, health_reason = NULL, infra_failures = 0,
+    UPDATE nodes n SET quarantined_by = NULL, infra_failures = 0,
+        health = CASE WHEN o.checked THEN 'suspect' ELSE 'healthy' END,
+        health_reason = CASE WHEN o.checked THEN format('quarantine lifted by %s: a health check decides', @by::text) END,
         health_since = CASE WHEN o.health = 'healthy' THEN n.health_since ELSE now() END
     FROM o WHERE n.node_id = o.node_id
     RETURNING n.*
@@ -20,7 +25,7 @@ SELECT v.node_id, CASE WHEN l.run_id IS NOT NULL THEN 'leased'
      WHEN v.advert_expires_at <= now() THEN 'offline'
      WHEN (v.draining OR v.drain_requested_by IS NOT NULL) THEN 'draining'
      ELSE 'idle' END, v.labels, v.boot_id, (v.draining OR v.drain_requested_by IS NOT NULL), v.drain_requested_by, v.last_seen_at,
-v.health, v.health_reason, v.infra_failures, v.health_since, v.quarantined_by, false, v.was = 'quarantined'
+v.health, v.health_reason, v.infra_failures, v.health_since, v.quarantined_by, NOT v.check_run_id IS NULL, v.was = 'quarantined'
 FROM (SELECT m.*, o.health AS was FROM moved m JOIN o ON o.node_id = m.node_id
       UNION ALL
       SELECT x.*, x.health FROM nodes x WHERE x.node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v

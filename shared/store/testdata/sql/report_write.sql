@@ -37,7 +37,7 @@ ON CONFLICT ON CONSTRAINT step_logs_pkey DO UPDATE SET state = excluded.state, b
     WHERE n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AND EXISTS (
         SELECT 1 FROM wanted w WHERE n.labels @> w.needs AND NOT EXISTS (
             SELECT 1 FROM free_nodes f JOIN nodes o ON o.node_id = f.node_id
-            WHERE (f.held_until IS NULL OR f.held_until <= now()) AND o.advert_expires_at > now() AND NOT (o.draining OR o.drain_requested_by IS NOT NULL) AND NOT (o.health = 'quarantined') AND o.labels @> w.needs
+            WHERE (f.held_until IS NULL OR f.held_until <= now()) AND o.advert_expires_at > now() AND NOT (o.draining OR o.drain_requested_by IS NOT NULL) AND NOT (o.health = 'quarantined') AND o.check_run_id IS NULL AND o.labels @> w.needs
               AND o.node_id NOT IN (SELECT node_id FROM freed)))
     ON CONFLICT DO NOTHING
     RETURNING node_id

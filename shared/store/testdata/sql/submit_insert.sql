@@ -4,7 +4,7 @@ WITH key AS (
                 ELSE @run_id::text END AS key
 ), keyed AS (
     SELECT n.node_id, n.boot_id FROM nodes n
-    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined')
+    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AND (n.check_run_id IS NULL OR n.check_run_id = @check_run::text)
     FOR KEY SHARE OF n SKIP LOCKED
 ), avail AS (
     SELECT a.role, n.node_id, n.boot_id

@@ -1,7 +1,7 @@
 /* wake: promote protected */
 WITH keyed AS (
     SELECT n.node_id, n.boot_id FROM nodes n
-    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined')
+    WHERE n.node_id = ANY (@nodes::text[]) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AND (n.check_run_id IS NULL OR n.check_run_id = @check_run::text)
     FOR KEY SHARE OF n SKIP LOCKED
 ), slot AS (
     SELECT a.ord, a.need, n.node_id, n.boot_id

@@ -19,7 +19,7 @@ WITH RECURSIVE shapes(shape) AS (
     SELECT DISTINCT ro.needs FROM heads h
     CROSS JOIN LATERAL (SELECT needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
 ), free AS (
-    SELECT n.node_id, n.labels, (n.health = 'suspect') AS suspect FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
+    SELECT n.node_id, n.labels, (n.health = 'suspect') AS suspect, n.check_run_id FROM free_nodes f JOIN nodes n ON n.node_id = f.node_id
     WHERE EXISTS (SELECT 1 FROM heads) AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AND ((f.held_until IS NULL OR f.held_until <= now()) OR f.node_id = ANY ('{}'::text[]))
       AND EXISTS (SELECT 1 FROM needs WHERE n.labels @> needs.needs)
     LIMIT 32
@@ -38,7 +38,7 @@ SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles
             'QueueRank', b.queue_rank, 'Protected', b.part = 0) ORDER BY b.part, b.o), '[]')
  FROM (SELECT p.*, 0 AS part, row_number() OVER (ORDER BY p.created_at, p.run_id) AS o FROM p
        UNION ALL
-       SELECT q.*, 1, row_number() OVER (ORDER BY q.queue_rank, q.created_at, q.run_id) FROM q) b), NULL::bool
+       SELECT q.*, 1, row_number() OVER (ORDER BY q.queue_rank, q.created_at, q.run_id) FROM q) b), NULL::bool, NULL::text
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
-SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL, f.suspect FROM free f
+SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL, f.suspect, f.check_run_id FROM free f
