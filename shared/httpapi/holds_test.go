@@ -254,3 +254,111 @@ func TestAHoldOutlivesARestartNotALoss(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A two-node run that keeps its failed boards: the host's step succeeds and its node is
+// released at once; the dut's fails, and when the run settles FAILED its node passes to a debug
+// hold in the settling transaction — while wakes run in parallel, with runs queued for that very
+// board — and only the hold's release gives it to the queue.
+func TestAFailedRunKeepsItsBoardForAPostMortem(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("D", "b1", false, "board")
+	env.Beat("H", "b1", false, "host")
+	run := map[string]any{"run_id": "flash", "keep_on_failure_seconds": 900,
+		"roles": map[string]any{"dut": map[string]any{"needs": []string{"board"}}, "host": map[string]any{"needs": []string{"host"}}},
+		"steps": []map[string]any{{"id": "serve", "role": "host"}, {"id": "flash", "role": "dut"}}}
+	if resp := env.Do(alice, "POST", "/v1/runs", run); resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	for _, id := range []string{"q1", "q2", "q3"} {
+		if resp := env.Do(apitest.Client("bob"), "POST", "/v1/runs", oneNodeRun(id, "board")); resp.Status != 202 {
+			t.Fatal(resp)
+		}
+	}
+	env.Finish("H", "b1", "flash", wire.ReportSucceeded)
+	if leasedTo(env, "H") != "" {
+		t.Fatalf("the host's node is still leased to %q after its step succeeded", leasedTo(env, "H"))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					if _, err := env.Store.WakeQueued(t.Context(), store.WakeParams{}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	env.Finish("D", "b1", "flash", wire.ReportFailed)
+	close(stop)
+	wg.Wait()
+	resp := env.Do(alice, "GET", "/v1/runs/flash", nil)
+	r := runAnswer(env, resp)
+	if r.State != wire.Failed || r.DebugHold == nil || *r.KeepOnFailureSeconds != 900 {
+		t.Fatalf("the failed run: %s", resp)
+	}
+	hold := *r.DebugHold
+	resp = env.Do(alice, "GET", "/v1/runs/"+hold, nil)
+	h := runAnswer(env, resp)
+	if h.Kind != wire.KindHold || h.State != wire.Running || h.DebugOf == nil || *h.DebugOf != "flash" || h.Assigned["dut"] != "D" ||
+		h.HoldEndsAt == nil || !wire.IDPattern.MatchString(hold) {
+		t.Fatalf("the debug hold: %s", resp)
+	}
+	if leasedTo(env, "D") != hold {
+		t.Fatalf("D is leased to %q, not the debug hold", leasedTo(env, "D"))
+	}
+	// D's history: the failed run's lease, then the hold's, nothing between.
+	var lines string
+	if err := env.Store.Pool().QueryRow(t.Context(), `SELECT string_agg(to_state || '@' || run_id, ' ' ORDER BY event_id)
+		FROM node_history WHERE node_id = 'D' AND kind = 'lease'`).Scan(&lines); err != nil {
+		t.Fatal(err)
+	}
+	if want := "leased@flash released@flash leased@" + hold; lines != want {
+		t.Fatalf("D's leases:\n got %s\nwant %s", lines, want)
+	}
+	for _, q := range []string{"q1", "q2", "q3"} {
+		if env.State(q) != wire.Queued {
+			t.Fatalf("%s took the kept board: %s", q, env.State(q))
+		}
+	}
+	if resp := env.Do(alice, "POST", "/v1/runs/"+hold+"/release", nil); resp.Status != 200 {
+		t.Fatal(resp)
+	}
+	if env.State("q1") != wire.Running || leasedTo(env, "D") != "q1" {
+		t.Fatalf("after the debug hold's release: q1 %s, D leased to %q", env.State("q1"), leasedTo(env, "D"))
+	}
+	env.CheckInvariants()
+}
+
+// keep_on_failure_seconds is a run's, within MAX_HOLD_SECONDS; a run that succeeds keeps nothing.
+func TestKeepOnFailureIsChecked(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	env.Beat("A", "b1", false, "board")
+	for _, tc := range []map[string]any{
+		{"run_id": "a", "needs": []string{"board"}, "hold_seconds": 60, "keep_on_failure_seconds": 60},
+		{"run_id": "b", "needs": []string{"board"}, "steps": []map[string]any{{"id": "s"}}, "keep_on_failure_seconds": wire.DefaultMaxHoldSeconds + 1},
+		{"run_id": "c", "needs": []string{"board"}, "steps": []map[string]any{{"id": "s"}}, "keep_on_failure_seconds": 0},
+	} {
+		if resp := env.Do(alice, "POST", "/v1/runs", tc); resp.Status != 400 || !strings.Contains(string(resp.Body), `"keep_on_failure_seconds"`) {
+			t.Errorf("%v: %s", tc, resp)
+		}
+	}
+	ok := map[string]any{"run_id": "ok", "needs": []string{"board"}, "steps": []map[string]any{{"id": "s"}}, "keep_on_failure_seconds": 60}
+	if resp := env.Do(alice, "POST", "/v1/runs", ok); resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	env.Finish("A", "b1", "ok", wire.ReportSucceeded)
+	if r := runAnswer(env, env.Do(alice, "GET", "/v1/runs/ok", nil)); r.State != wire.Succeeded || r.DebugHold != nil || leasedTo(env, "A") != "" {
+		t.Fatalf("a run that succeeded: %+v, A leased to %q", r, leasedTo(env, "A"))
+	}
+}

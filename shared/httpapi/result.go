@@ -69,7 +69,11 @@ func result(c *call) (reply, error) {
 	// another wake placed on it comes with that heartbeat.)
 	freed := store.WakeParams{Prefer: []string{p.NodeID}, Held: res.Held, Read: res.Read,
 		HandOver: &store.NodeAtBoot{NodeID: p.NodeID, BootID: p.BootID}}
-	if next := c.afterCommit([]string{runID}, res.CapacityAppeared, freed, res.HealthChanged...).HandedOver; next != nil {
+	changed := []string{runID}
+	if res.DebugHold != nil {
+		changed = append(changed, *res.DebugHold)
+	}
+	if next := c.afterCommit(changed, res.CapacityAppeared, freed, res.HealthChanged...).HandedOver; next != nil {
 		answer["next_run"] = map[string]any{"lease": next.Lease, "steps": next.Steps}
 	}
 	return reply{http.StatusOK, answer}, nil

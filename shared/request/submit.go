@@ -39,6 +39,10 @@ func Submit(body []byte) (wire.NewRun, []problem.FieldError) {
 	}
 	r.TimeoutSeconds = optionalInt(o, "timeout_seconds", wire.MaxTimeoutSeconds)
 	r.QueueTimeoutSeconds = optionalInt(o, "queue_timeout_seconds", wire.MaxQueueWaitSeconds)
+	r.KeepOnFailureSeconds = optionalInt(o, "keep_on_failure_seconds", wire.MaxHoldSecondsLimit)
+	if r.HoldSeconds != nil && r.KeepOnFailureSeconds != nil {
+		o.fail("keep_on_failure_seconds", "a hold has no step to fail")
+	}
 	r.WaitForCapacity = o.boolean("wait_for_capacity")
 	r.Metadata, _ = o.raw("metadata", wire.MaxMetadataBytes, true)
 	if r.Metadata == nil {
@@ -328,7 +332,9 @@ func hashRun(r wire.NewRun) []byte {
 		Meta      json.RawMessage
 		Priority  *int `json:",omitempty"`
 		Hold      *int `json:",omitempty"`
-	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata, priority, r.HoldSeconds})
+		Keep      *int `json:",omitempty"`
+	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata, priority,
+		r.HoldSeconds, r.KeepOnFailureSeconds})
 	sum := sha256.Sum256(canonical)
 	return sum[:]
 }

@@ -32,7 +32,7 @@ func (s *Store) ReportHolding(ctx context.Context, p wire.Report, then func()) e
 		}
 		var res ReportResult
 		b := &pgx.Batch{}
-		if err := planReport(lr, p, b, &res); err != nil {
+		if err := planReport(lr, p, b, &res, s.set.LeaseTTL.Seconds()); err != nil {
 			return struct{}{}, err
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -97,7 +97,7 @@ func (s *Store) ReportAfter(ctx context.Context, p wire.Report, sql string) (Rep
 				queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr)
 				b.Queue(sql)
 			},
-			write:  func(b *pgx.Batch) error { return planReport(lr, p, b, &res) },
+			write:  func(b *pgx.Batch) error { return planReport(lr, p, b, &res, s.set.LeaseTTL.Seconds()) },
 			result: func() ReportResult { return res },
 		}
 	})

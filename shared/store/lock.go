@@ -37,7 +37,8 @@ type lockedRun struct {
 	attempt    int
 	cancelling bool
 	owner      string
-	kind       string // wire.KindRun, wire.KindHealthCheck
+	kind       string // wire.KindRun, wire.KindHealthCheck, wire.KindHold
+	keeps      bool   // it keeps the nodes of its failed steps (keep_on_failure_seconds)
 	steps      []reportStep
 	epoch      *int64 // the node's lease on this run, if any
 	boot, role *string
@@ -52,7 +53,7 @@ type lockedRun struct {
 // r.state empty (see locked).
 func queueLockRun(b *pgx.Batch, t lockTarget, r *lockedRun) {
 	lockRunStmt.queue(b, func(row pgx.Row) error {
-		err := row.Scan(&r.state, &r.attempt, &r.cancelling, &r.owner, &r.kind)
+		err := row.Scan(&r.state, &r.attempt, &r.cancelling, &r.owner, &r.kind, &r.keeps)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"mediator/shared/wire"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,8 @@ type ReportResult struct {
 	freesReporter bool
 	// health: the write may change the node's health (reportsHealth).
 	health *string
+	// DebugHold is the hold the settle passed the failed steps' nodes to (keep_on_failure), or nil.
+	DebugHold *string
 	// checkFinished: the report ended the health check due on its node.
 	checkFinished ChecksFinished
 }
@@ -61,6 +64,7 @@ var (
 	reportWriteStmt = stmt("report_write")
 	reportNextStmt  = stmt("report_next")
 
+	keepForDebugStmt   = stmt("keep_for_debug")
 	reportLockNodeStmt = stmt("report_lock_node")
 	reportHealthStmt   = stmt("report_health")
 )
@@ -83,7 +87,7 @@ func (s *Store) Report(ctx context.Context, p wire.Report) (ReportResult, error)
 				queueLockRun(b, lockTarget{RunID: p.RunID, NodeID: p.NodeID}, &lr)
 			},
 			write: func(b *pgx.Batch) error {
-				if err := planReport(lr, p, b, &res); err != nil {
+				if err := planReport(lr, p, b, &res, s.set.LeaseTTL.Seconds()); err != nil {
 					return err
 				}
 				if res.health != nil {
@@ -175,7 +179,7 @@ func (s *Store) queueReportRead(b *pgx.Batch, node string, res *ReportResult) {
 
 // planReport decides what the report does to the run as locked, puts the answer in res and
 // queues the write (nothing when the report changes nothing).
-func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) error {
+func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult, leaseTTL float64) error {
 	if err := lr.locked(lockTarget{RunID: p.RunID, NodeID: p.NodeID}); err != nil {
 		return err
 	}
@@ -208,6 +212,16 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 	if err != nil {
 		return err
 	}
+	var keep []string
+	if lr.keeps {
+		// The nodes of failed steps stay leased to the run until it settles, and then pass to
+		// its debug hold (keep_for_debug) rather than back to the queue.
+		failed := failedRoles(d.after)
+		d.release = slices.DeleteFunc(d.release, func(r string) bool { return slices.Contains(failed, r) })
+		if d.settle == wire.Failed && d.reason == wire.ReasonStepFailed {
+			keep = failed
+		}
+	}
 	*res = ReportResult{StepState: d.state, RunState: runState, Settled: d.settle}
 	if d.settle != "" {
 		res.RunState = d.settle
@@ -219,7 +233,7 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 	if len(d.skip) == 0 && len(d.release) == 0 && d.settle == "" {
 		write = reportStepStmt
 	}
-	res.freesReporter = d.settle != "" || slices.Contains(d.release, st.Role)
+	res.freesReporter = d.settle != "" && !slices.Contains(keep, st.Role) || slices.Contains(d.release, st.Role)
 	res.health = reportsHealth(p)
 	next := d.next(st.Role)
 	write.queue(b, func(row pgx.Row) error {
@@ -238,7 +252,13 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult) er
 		"skip": d.skip, "release": d.release, "settle": d.settle, "reason": nullIfEmpty(d.reason),
 		"attempt": attempt, "outputs": outputsArg(p.Outputs),
 		"prev": st.State, "node_id": p.NodeID, "boot_id": p.BootID, "role": st.Role, "hold": holdFor.Seconds(),
+		"keep": nonNil(keep),
 	}.with(logArgs(p)))
+	if len(keep) > 0 {
+		keepForDebugStmt.queue(b, func(row pgx.Row) error { return row.Scan(&res.DebugHold) }, named{
+			"run_id": p.RunID, "keep": keep, "hold_id": debugHoldID(p.RunID), "lease_ttl": leaseTTL,
+		})
+	}
 	res.Next = []NodeStep{}
 	if len(next) > 0 {
 		reportNextStmt.queue(b, func(row pgx.Row) error { return row.Scan(&res.Next) }, p.RunID, next)
@@ -356,6 +376,31 @@ func runnable(steps []reportStep, st reportStep) bool {
 		}
 	}
 	return true
+}
+
+// failedRoles are the roles with a FAILED step.
+func failedRoles(steps []reportStep) []string {
+	var out []string
+	for _, s := range steps {
+		if s.State == wire.Failed && !slices.Contains(out, s.Role) {
+			out = append(out, s.Role)
+		}
+	}
+	return out
+}
+
+// debugHoldID is the id (and name) of the debug hold of the run of key: the key, cut to leave
+// room, ".debug." and a random tail of its own, under wire.IDPattern.
+func debugHoldID(key string) string {
+	const tail = len(".debug.") + 8
+	if len(key) > 128-tail {
+		key = key[:128-tail]
+	}
+	var b [8]byte
+	for i := range b {
+		b[i] = keyAlphabet[rand.IntN(len(keyAlphabet))]
+	}
+	return key + ".debug." + string(b[:])
 }
 
 // finalRoles are the roles whose steps are all final.

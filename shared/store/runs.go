@@ -117,7 +117,8 @@ func scanRun(row pgx.Row) (Run, error) {
 	var position *int
 	if err := row.Scan(&r.RunID, &r.key, &r.owner, &r.State, &r.Reason, &r.Priority, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
 		&r.StartedAt, &r.FinishedAt, &r.CancelRequestedAt, &r.CancelReason, &r.TimeoutSeconds,
-		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &r.Kind, &r.HoldSeconds, &r.HoldEndsAt, &roles, &r.Steps, &position); err != nil {
+		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &r.Kind, &r.HoldSeconds, &r.HoldEndsAt,
+		&r.KeepOnFailureSeconds, &r.DebugHold, &r.DebugOf, &roles, &r.Steps, &position); err != nil {
 		return Run{}, err
 	}
 	if r.Steps == nil {

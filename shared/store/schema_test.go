@@ -143,6 +143,12 @@ func TestConstraintsHaveNames(t *testing.T) {
 			"steps_not_of_a_hold", store.ErrInvariant},
 		{"a run's end that is a hold's", `UPDATE runs SET hold_ends_at = now() WHERE run_id = 'r1'`,
 			"runs_hold_ends_only_for_holds", store.ErrInvariant},
+		// Debug holds (migration 0019).
+		{"a debug hold of nothing", `UPDATE runs SET debug_hold = 'nope' WHERE run_id = 'q1'`, "runs_debug_hold_fkey", store.ErrInvariant},
+		{"a run that is the debug hold of another", `UPDATE runs SET debug_of = 'r1' WHERE run_id = 'q1'`,
+			"runs_debug_of_is_a_hold", store.ErrInvariant},
+		{"keeping for no time", `UPDATE runs SET keep_on_failure_seconds = 0 WHERE run_id = 'q1'`,
+			"runs_keep_on_failure_positive", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -361,7 +361,8 @@ type storedRun struct {
 // view is the run as stored — the same shape GetRun reads (a test holds the two together).
 func (st storedRun) view(run wire.NewRun) Run {
 	r := Run{
-		RunID: run.RunID, Kind: run.Kind(), HoldSeconds: run.HoldSeconds, HoldEndsAt: st.holdEndsAt, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
+		RunID: run.RunID, Kind: run.Kind(), HoldSeconds: run.HoldSeconds, HoldEndsAt: st.holdEndsAt,
+		KeepOnFailureSeconds: run.KeepOnFailureSeconds, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
 		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
 		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
 		Roles: map[string]Role{}, owner: run.Owner, key: st.key,
@@ -479,6 +480,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),
 		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(), "check_run": "",
 		"kind": run.Kind(), "hold_seconds": run.HoldSeconds, "new_hold_seconds": run.HoldSeconds,
+		"keep_on_failure": run.KeepOnFailureSeconds,
 	})
 	return nil
 }

@@ -28,6 +28,12 @@ type Run struct {
 	QueueTimeoutSeconds *int       `json:"queue_timeout_seconds"`
 	WaitForCapacity     bool       `json:"wait_for_capacity"`
 	// HoldSeconds is a hold's length, and HoldEndsAt, once it is placed, when it ends by
+	// KeepOnFailureSeconds: the nodes whose step failed pass to a hold this long when the run
+	// settles FAILED step_failed; DebugHold names that hold, and on the hold DebugOf the run it
+	// came from (absent when none).
+	KeepOnFailureSeconds *int    `json:"keep_on_failure_seconds,omitempty"`
+	DebugHold            *string `json:"debug_hold,omitempty"`
+	DebugOf              *string `json:"debug_of,omitempty"`
 	// itself (both absent for a run of another kind).
 	HoldSeconds *int              `json:"hold_seconds,omitempty"`
 	HoldEndsAt  *time.Time        `json:"hold_ends_at,omitempty"`

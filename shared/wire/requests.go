@@ -21,6 +21,9 @@ type NewRun struct {
 	// HoldSeconds makes the run a hold (KindHold): no steps, its nodes leased this long once
 	// placed. Nil for a run with steps.
 	HoldSeconds *int
+	// KeepOnFailureSeconds: the nodes whose step failed pass, when the run settles FAILED
+	// step_failed, to a hold of the owner's this long, for a post-mortem. Nil for none.
+	KeepOnFailureSeconds *int
 }
 
 // Kind is the run's kind as submitted: a hold, or a run.

@@ -8,7 +8,7 @@
 -- queued run holds no lease to report under) would let a younger run overtake the older.
 -- $2: the owner a non-admin cancel must be; $3: a report's node, which never locks a queued run.
 /* lock a run */
-SELECT state, attempt, cancel_requested_at IS NOT NULL, owner, kind FROM runs
+SELECT state, attempt, cancel_requested_at IS NOT NULL, owner, kind, keep_on_failure_seconds IS NOT NULL FROM runs
 WHERE run_id = $1 AND ($2::text = '' OR owner = $2::text) AND ($3::text = '' OR state <> {{QUEUED}})
 FOR UPDATE
 

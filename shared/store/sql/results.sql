@@ -50,8 +50,10 @@ WITH RECURSIVE step AS ({{report_step_update}}
     WHERE run_id = @run_id::text AND step_id = ANY (@skip::text[]) AND state = {{PENDING}}
       AND EXISTS (SELECT 1 FROM step)
 ), freed AS (
+    -- @keep: the roles whose nodes pass to the run's debug hold (keep_for_debug, next in the
+    -- transaction) instead.
     DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
-      AND EXISTS (SELECT 1 FROM step)
+      AND NOT role = ANY (@keep::text[]) AND EXISTS (SELECT 1 FROM step)
     RETURNING node_id
 ), {{queued_shapes}}, wanted AS (
     -- Each role's needs of every queued shape (a shape is its roles' needs, as JSON).
@@ -90,3 +92,42 @@ SELECT (SELECT count(*) FROM step), (SELECT count(*) FROM freed), (SELECT coales
 SELECT coalesce(json_agg({{node_step s r}} ORDER BY s.ordinal), '[]')
 FROM steps s JOIN runs r ON r.run_id = s.run_id
 WHERE s.run_id = $1 AND s.step_id = ANY ($2::text[])
+
+-- name: keep_for_debug
+-- A run that keeps its failed boards (keep_on_failure_seconds) settled FAILED step_failed: the
+-- leases of its roles @keep pass to a new hold of its owner's (@hold_id), lasting
+-- keep_on_failure_seconds, each a new grant (a new epoch) under the node's boot, in the settling
+-- transaction (report_write, just before, released every other lease and left these): there is
+-- no moment in which another run could take the nodes. The hold's roles are the run's, each
+-- pinned to its node; the run and the hold name each other. It answers the hold's id.
+/* report: keep for debug */
+WITH failed AS (
+    SELECT r.run_id, r.owner, r.priority, r.keep_on_failure_seconds AS seconds FROM runs r
+    WHERE r.run_id = @run_id::text AND r.state = {{FAILED}} AND r.reason = 'step_failed'
+      AND r.keep_on_failure_seconds IS NOT NULL AND r.debug_hold IS NULL
+), kept AS (
+    DELETE FROM leases l USING failed f WHERE l.run_id = f.run_id AND l.role = ANY (@keep::text[])
+    RETURNING l.node_id, l.role, l.boot_id
+), hold AS (
+    INSERT INTO runs (run_id, name, owner, state, priority, request_hash, shape, width, max_attempts, kind,
+        hold_seconds, hold_ends_at, started_at, debug_of)
+    SELECT @hold_id::text, @hold_id::text, f.owner, {{RUNNING}}, f.priority, '\x'::bytea,
+        (SELECT '[' || string_agg('["' || {{NODE_ID_LABEL_PREFIX}} || k.node_id || '"]', ',' ORDER BY k.node_id) || ']' FROM kept k),
+        (SELECT count(*) FROM kept), 1, {{KIND_HOLD}}, f.seconds, now() + f.seconds * interval '1 second', now(), f.run_id
+    FROM failed f WHERE EXISTS (SELECT 1 FROM kept)
+    RETURNING run_id
+), roles AS (
+    INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
+    SELECT h.run_id, k.role, row_number() OVER (ORDER BY k.role), ARRAY[{{NODE_ID_LABEL_PREFIX}} || k.node_id], k.node_id
+    FROM hold h CROSS JOIN kept k
+), leased AS (
+    INSERT INTO leases (node_id, run_id, role, boot_id, expires_at)
+    SELECT k.node_id, h.run_id, k.role, k.boot_id, now() + @lease_ttl::float8 * interval '1 second'
+    FROM hold h CROSS JOIN kept k
+), named AS (
+    UPDATE runs r SET debug_hold = h.run_id FROM hold h WHERE r.run_id = @run_id::text
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
+    SELECT run_id, 1, 'submitted', NULL, {{RUNNING}} FROM hold
+)
+SELECT (SELECT run_id FROM hold)

@@ -19,7 +19,9 @@ END
 -- queue position: its name (the run_id its owner chose), its key, its owner first.
 r.name, r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
 r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
-r.wait_for_capacity, r.metadata, r.kind, r.hold_seconds, r.hold_ends_at,
+r.wait_for_capacity, r.metadata, r.kind, r.hold_seconds, r.hold_ends_at, r.keep_on_failure_seconds,
+(SELECT d.name FROM runs d WHERE d.run_id = r.debug_hold) AS debug_hold_name,
+(SELECT d.name FROM runs d WHERE d.run_id = r.debug_of) AS debug_of_name,
 (SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
    FROM run_roles ro WHERE ro.run_id = r.run_id) AS roles,
 (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,
@@ -159,12 +161,12 @@ WITH key AS (
                 ELSE @state::text END AS state
 ), run AS (
     INSERT INTO runs (run_id, name, owner, state, reason, priority, request_hash, shape, width, max_attempts,
-        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, kind, hold_seconds, hold_ends_at,
+        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, kind, hold_seconds, hold_ends_at, keep_on_failure_seconds,
         started_at, finished_at, deadline_at)
     SELECT (SELECT key FROM key), @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END,
         @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
-        @kind::text, @hold_seconds::int, CASE WHEN d.state = {{RUNNING}} THEN {{hold_end @new}} END,
+        @kind::text, @hold_seconds::int, CASE WHEN d.state = {{RUNNING}} THEN {{hold_end @new}} END, @keep_on_failure::int,
         CASE WHEN d.state = {{RUNNING}} THEN now() END,
         CASE WHEN d.state = {{FAILED}} THEN now() END,
         CASE d.state WHEN {{QUEUED}} THEN now() + @queue_timeout::int * interval '1 second'

@@ -19,7 +19,7 @@ ON CONFLICT ON CONSTRAINT step_logs_pkey DO UPDATE SET state = excluded.state, b
       AND EXISTS (SELECT 1 FROM step)
 ), freed AS (
     DELETE FROM leases WHERE run_id = @run_id::text AND (role = ANY (@release::text[]) OR @settle::text <> '')
-      AND EXISTS (SELECT 1 FROM step)
+      AND NOT role = ANY (@keep::text[]) AND EXISTS (SELECT 1 FROM step)
     RETURNING node_id
 ), shapes(shape) AS (
     (SELECT shape FROM runs WHERE state = 'QUEUED' ORDER BY shape LIMIT 1)

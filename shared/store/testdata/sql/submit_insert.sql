@@ -21,12 +21,12 @@ WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
                 ELSE @state::text END AS state
 ), run AS (
     INSERT INTO runs (run_id, name, owner, state, reason, priority, request_hash, shape, width, max_attempts,
-        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, kind, hold_seconds, hold_ends_at,
+        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, kind, hold_seconds, hold_ends_at, keep_on_failure_seconds,
         started_at, finished_at, deadline_at)
     SELECT (SELECT key FROM key), @run_id::text, @owner::text, d.state, CASE WHEN d.state = 'FAILED' THEN @reason::text END,
         @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
-        @kind::text, @hold_seconds::int, CASE WHEN d.state = 'RUNNING' THEN now() + @new_hold_seconds * interval '1 second' END,
+        @kind::text, @hold_seconds::int, CASE WHEN d.state = 'RUNNING' THEN now() + @new_hold_seconds * interval '1 second' END, @keep_on_failure::int,
         CASE WHEN d.state = 'RUNNING' THEN now() END,
         CASE WHEN d.state = 'FAILED' THEN now() END,
         CASE d.state WHEN 'QUEUED' THEN now() + @queue_timeout::int * interval '1 second'
