@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"mediator/shared/wire"
 	"os"
 	"regexp"
 	"strconv"
@@ -36,6 +37,8 @@ type Config struct {
 	MaxClientPriority int // MAX_CLIENT_PRIORITY
 	// QuarantineAfter is how many consecutive infrastructure failures quarantine a node.
 	QuarantineAfter int // NODE_QUARANTINE_AFTER
+	// MaxHoldSeconds is the longest a hold lasts, and the furthest from now an extend moves its end.
+	MaxHoldSeconds int // MAX_HOLD_SECONDS
 	// Logs says where steps' logs are kept and how the agents upload them.
 	Logs Logs
 	// Auth says which callers are admins and nodes: the IAM roles (IAM_ADMIN_ROLE,
@@ -180,6 +183,7 @@ func Load(getenv func(string) string) (Config, error) {
 		RetentionDays:     r.integer("RUN_RETENTION_DAYS", 30, 0, 3650),
 		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
 		QuarantineAfter:   r.integer("NODE_QUARANTINE_AFTER", 3, 1, 1000),
+		MaxHoldSeconds:    r.integer("MAX_HOLD_SECONDS", wire.DefaultMaxHoldSeconds, 60, wire.MaxHoldSecondsLimit),
 		Logs: Logs{
 			Bucket:          r.matching("LOG_BUCKET", bucketPattern, "an S3 bucket name: 3 to 63 lower-case letters, digits, dots or hyphens"),
 			MaxBytesPerStep: r.bytes("LOG_MAX_BYTES_PER_STEP", 256<<20, minLogBytes, maxLogBytes),

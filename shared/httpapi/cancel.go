@@ -12,12 +12,65 @@ import (
 )
 
 // Cancel serves the routes that change a live run from outside: POST /v1/runs/{run_id}/cancel,
-// and an admin's POST /v1/runs/{run_id}/priority.
+// an admin's POST /v1/runs/{run_id}/priority, and a hold's POST /v1/runs/{run_id}/release and
+// /extend.
 func Cancel(d startup.Deps) Handler {
 	return handler(d, map[string]endpoint{
 		"POST /v1/runs/{run_id}/cancel":   {query: []string{"owner"}, serve: cancel},
 		"POST /v1/runs/{run_id}/priority": {query: []string{"owner"}, serve: setPriority},
+		"POST /v1/runs/{run_id}/release":  {query: []string{"owner"}, serve: releaseHold},
+		"POST /v1/runs/{run_id}/extend":   {query: []string{"owner"}, serve: extendHold},
 	})
+}
+
+// releaseHold ends a hold at its owner's word (or an admin's): placed, SUCCEEDED and its nodes
+// free, the queue woken before the answer; queued, CANCELLED.
+func releaseHold(c *call) (reply, error) {
+	if err := c.allow(auth.Client, auth.Admin); err != nil {
+		return reply{}, err
+	}
+	ref, err := c.runRef()
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	if errs := request.Release(body); errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	res, err := c.d.Store.ReleaseHold(c.ctx, ref)
+	if err != nil {
+		return reply{}, err
+	}
+	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{})
+	return reply{http.StatusOK, runBody(res.Run)}, nil
+}
+
+// extendHold moves a live hold's end later, to at most MAX_HOLD_SECONDS from now.
+func extendHold(c *call) (reply, error) {
+	if err := c.allow(auth.Client, auth.Admin); err != nil {
+		return reply{}, err
+	}
+	ref, err := c.runRef()
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := c.body()
+	if err != nil {
+		return reply{}, err
+	}
+	seconds, errs := request.Extend(body, c.d.Store.MaxHold())
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	res, err := c.d.Store.ExtendHold(c.ctx, ref, seconds)
+	if err != nil {
+		return reply{}, err
+	}
+	c.afterCommit([]string{res.Run.StoreKey()}, false, store.WakeParams{})
+	return reply{http.StatusOK, runBody(res.Run)}, nil
 }
 
 // setPriority changes a queued run's priority (admins); the change is in the run's history, and

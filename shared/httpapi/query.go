@@ -23,7 +23,7 @@ func Query(d startup.Deps) Handler {
 		"GET /healthz":                              {public: true, serve: healthz},
 		"GET /v1/openapi.json":                      {public: true, serve: openapiDoc},
 		"GET /v1/runs/{run_id}":                     {query: []string{"owner"}, serve: getRun},
-		"GET /v1/runs":                              {query: []string{"state", "priority", "limit", "after"}, serve: listRuns},
+		"GET /v1/runs":                              {query: []string{"state", "kind", "priority", "limit", "after"}, serve: listRuns},
 		"GET /v1/queue":                             {serve: queue},
 		"GET /v1/nodes":                             {serve: listNodes},
 		"GET /v1/nodes/{node_id}":                   {serve: getNode},
@@ -74,10 +74,13 @@ func listRuns(c *call) (reply, error) {
 		return reply{}, err
 	}
 	q := c.query
-	p := store.ListRunsParams{Viewer: c.viewer(), State: q["state"], Limit: 20}
+	p := store.ListRunsParams{Viewer: c.viewer(), State: q["state"], Kind: q["kind"], Limit: 20}
 	var errs []problem.FieldError
 	if p.State != "" && !slices.Contains(wire.RunStates, p.State) {
 		errs = append(errs, problem.FieldError{Path: "state", Message: "must be one of " + strings.Join(wire.RunStates, ", ")})
+	}
+	if p.Kind != "" && !slices.Contains(wire.RunKinds, p.Kind) {
+		errs = append(errs, problem.FieldError{Path: "kind", Message: "must be one of " + strings.Join(wire.RunKinds, ", ")})
 	}
 	if raw, ok := q["priority"]; ok {
 		n, err := strconv.Atoi(raw)

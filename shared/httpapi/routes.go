@@ -38,6 +38,8 @@ var Routes = []Route{
 	{"GET", "/v1/runs/{run_id}", "query", PeopleCaller},
 	{"POST", "/v1/runs/{run_id}/cancel", "cancel", PeopleCaller},
 	{"POST", "/v1/runs/{run_id}/priority", "cancel", PeopleCaller},
+	{"POST", "/v1/runs/{run_id}/release", "cancel", PeopleCaller},
+	{"POST", "/v1/runs/{run_id}/extend", "cancel", PeopleCaller},
 	{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", "result", NodeCaller},
 	{"POST", "/v1/runs/{run_id}/steps/{step_id}/log-urls", "result", NodeCaller},
 	{"GET", "/v1/runs/{run_id}/steps/{step_id}/log", "query", PeopleCaller},

@@ -36,6 +36,9 @@ func submit(c *call) (reply, error) {
 		return reply{}, err
 	}
 	run, errs := request.Submit(body)
+	if errs == nil && run.HoldSeconds != nil && *run.HoldSeconds > c.d.Config.MaxHoldSeconds {
+		errs = []problem.FieldError{{Path: "hold_seconds", Message: fmt.Sprintf("must be at most %d (MAX_HOLD_SECONDS)", c.d.Config.MaxHoldSeconds)}}
+	}
 	if errs != nil {
 		return reply{}, problem.Invalid(errs)
 	}

@@ -24,6 +24,7 @@ const (
 	ResultConflict       = "result_conflict"
 	RunNotLive           = "run_not_live"
 	RunNotQueued         = "run_not_queued"
+	NotAHold             = "not_a_hold"
 	PayloadTooLarge      = "payload_too_large"
 	UnsupportedMediaType = "unsupported_media_type"
 	Internal             = "internal"
@@ -46,6 +47,7 @@ var table = map[string]struct {
 	ResultConflict:       {http.StatusConflict, "The report conflicts with what the step already recorded"},
 	RunNotLive:           {http.StatusConflict, "The run has already finished"},
 	RunNotQueued:         {http.StatusConflict, "The run is not queued"},
+	NotAHold:             {http.StatusConflict, "The run is not a hold"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "The request, or a field of it, is too large"},
 	UnsupportedMediaType: {http.StatusUnsupportedMediaType, "The body must be uncompressed UTF-8 JSON"},
 	Internal:             {http.StatusInternalServerError, "Something went wrong on our side"},

@@ -13,7 +13,7 @@ func TestCodes(t *testing.T) {
 	for code, status := range map[string]int{
 		problem.InvalidRequest: 400, problem.Unauthenticated: 401, problem.Forbidden: 403, problem.NotFound: 404, problem.LogsNotStored: 404,
 		problem.RunIDConflict: 409, problem.StaleAssignment: 409, problem.NotRunnable: 409, problem.ResultConflict: 409,
-		problem.RunNotLive: 409, problem.PayloadTooLarge: 413, problem.UnsupportedMediaType: 415,
+		problem.RunNotLive: 409, problem.NotAHold: 409, problem.PayloadTooLarge: 413, problem.UnsupportedMediaType: 415,
 		problem.Internal: 500, problem.Unavailable: 503,
 	} {
 		p := problem.New(code, "detail")

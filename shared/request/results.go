@@ -180,3 +180,31 @@ func Cancel(body []byte) (reason string, force bool, errs []problem.FieldError) 
 	o.done()
 	return reason, force, errs
 }
+
+// Extend decodes POST /v1/runs/{run_id}/extend: {"seconds"}, how much later the hold ends (1 to
+// maxHold).
+func Extend(body []byte, maxHold int) (int, []problem.FieldError) {
+	var errs []problem.FieldError
+	o := root(body, &errs)
+	if o == nil {
+		return 0, errs
+	}
+	if v, ok := o.m["seconds"]; !ok || v == nil {
+		o.fail("seconds", "is required")
+	}
+	seconds, _ := o.integer("seconds", 0, 1, int64(maxHold))
+	o.done()
+	return int(seconds), errs
+}
+
+// Release decodes POST /v1/runs/{run_id}/release, which takes no body: an empty one, or {}.
+func Release(body []byte) []problem.FieldError {
+	if len(body) == 0 {
+		return nil
+	}
+	var errs []problem.FieldError
+	if o := root(body, &errs); o != nil {
+		o.done()
+	}
+	return errs
+}

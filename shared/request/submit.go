@@ -26,9 +26,17 @@ func Submit(body []byte) (wire.NewRun, []problem.FieldError) {
 	priority, _ := o.integer("priority", wire.DefaultPriority, 0, wire.MaxPriority)
 	r.Priority = int(priority)
 	r.Roles = roles(o)
-	r.Steps = steps(o, r.Roles)
+	r.HoldSeconds = optionalInt(o, "hold_seconds", wire.MaxHoldSecondsLimit)
+	if _, hasHold := o.get("hold_seconds", false); hasHold {
+		hold(o)
+	} else {
+		r.Steps = steps(o, r.Roles)
+	}
 	maxAttempts, _ := o.integer("max_attempts", 1, 1, wire.MaxAttempts)
 	r.MaxAttempts = int(maxAttempts)
+	if r.HoldSeconds != nil && r.MaxAttempts > 1 {
+		o.fail("max_attempts", "a hold is placed once: max_attempts must be 1")
+	}
 	r.TimeoutSeconds = optionalInt(o, "timeout_seconds", wire.MaxTimeoutSeconds)
 	r.QueueTimeoutSeconds = optionalInt(o, "queue_timeout_seconds", wire.MaxQueueWaitSeconds)
 	r.WaitForCapacity = o.boolean("wait_for_capacity")
@@ -42,6 +50,18 @@ func Submit(body []byte) (wire.NewRun, []problem.FieldError) {
 	}
 	r.RequestHash = hashRun(r)
 	return r, nil
+}
+
+// hold checks what a hold may not say: its work is a person's, so it has no steps, its length
+// is hold_seconds (no timeout_seconds), and a hold that lost a node is not tried again (no
+// max_attempts above 1, checked in Submit: the person would find another board under them).
+func hold(o *object) {
+	if _, has := o.get("steps", false); has {
+		o.fail("steps", "a hold has no steps: give hold_seconds or steps, not both")
+	}
+	if _, has := o.get("timeout_seconds", false); has {
+		o.fail("timeout_seconds", "a hold's length is hold_seconds")
+	}
 }
 
 // id reads a required identifier in IDPattern's shape.
@@ -307,7 +327,8 @@ func hashRun(r wire.NewRun) []byte {
 		Wait      bool
 		Meta      json.RawMessage
 		Priority  *int `json:",omitempty"`
-	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata, priority})
+		Hold      *int `json:",omitempty"`
+	}{r.RunID, r.Roles, r.Steps, r.MaxAttempts, r.TimeoutSeconds, r.QueueTimeoutSeconds, r.WaitForCapacity, r.Metadata, priority, r.HoldSeconds})
 	sum := sha256.Sum256(canonical)
 	return sum[:]
 }

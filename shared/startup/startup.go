@@ -136,6 +136,7 @@ func Settings(cfg config.Config) store.Settings {
 		MaxRunWidth:     cfg.MaxRunWidth,
 		RetentionDays:   cfg.RetentionDays,
 		QuarantineAfter: cfg.QuarantineAfter,
+		MaxHoldSeconds:  cfg.MaxHoldSeconds,
 	}
 }
 

@@ -35,6 +35,7 @@ var (
 	ErrResultConflict  = &Error{problem.ResultConflict, "the step already has a different final result"}
 	ErrRunNotLive      = &Error{problem.RunNotLive, "the run has already finished"}
 	ErrRunNotQueued    = &Error{problem.RunNotQueued, "the run is not queued"}
+	ErrNotAHold        = &Error{problem.NotAHold, "the run is not a hold: release and extend are a hold's"}
 	// ErrNodeChanged: the node is no longer what the decision saw — another transaction leased
 	// it, or it restarted — so the write was refused. A lost race, never a client's mistake:
 	// past the store's own retries the client retries.

@@ -20,6 +20,7 @@ type lostLease struct {
 	leaseRef
 	Reason      string // node_restarted | lease_expired | node_removed
 	BootNot     string // restart: only while the lease is still held under another boot
+	NewBoot     string // restart: the boot a hold's lease is granted again under
 	OnlyExpired bool   // reap: only while the lease is still expired (a renewal wins)
 	// SkipLocked: if another writer holds the run, leave it to them (or to the next reap)
 	// instead of waiting — four reapers over one backlog then share it instead of queueing.
@@ -31,6 +32,7 @@ var (
 	loseLockRunSkipLockedStmt = stmt("lose_lock_run_skip_locked")
 	loseLeaseStmt             = stmt("lose_lease")
 	loseLockNodeStmt          = stmt("lose_lock_node")
+	regrantHoldStmt           = stmt("regrant_hold")
 )
 
 // loseLease makes a run lose one of its nodes, if the lease is still the one the decision
@@ -41,17 +43,29 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost los
 	if l.SkipLocked {
 		lock = loseLockRunSkipLockedStmt
 	}
-	err = lock.queryRow(ctx, tx, l.NodeID, l.Epoch).Scan(&lost.runID)
+	var kind string
+	err = lock.queryRow(ctx, tx, l.NodeID, l.Epoch).Scan(&lost.runID, &kind)
 	if errors.Is(err, ErrNotFound) {
 		return lostRun{}, nil
 	}
 	if err != nil {
 		return lostRun{}, err
 	}
+	if kind == wire.KindHold && l.Reason == wire.ReasonNodeRestarted {
+		// A person rebooting a held board is debugging it: the hold goes on under the new boot.
+		var run string
+		err := regrantHoldStmt.queryRow(ctx, tx, l.NodeID, l.Epoch, l.NewBoot, s.set.LeaseTTL.Seconds()).Scan(&run)
+		if errors.Is(err, ErrNotFound) {
+			err = nil
+		}
+		lost.regranted = err == nil && run != ""
+		return lost, err
+	}
 	var n, others int
 	// An expiry or a restart counts against the node that lost the lease (health.sql); a removal
-	// takes the node out of the fleet, and there is nothing left to count against.
-	blame := l.Reason == wire.ReasonLeaseExpired || l.Reason == wire.ReasonNodeRestarted
+	// takes the node out of the fleet, and there is nothing left to count against. Nothing on a
+	// hold counts: a person's use of a board says nothing of its health.
+	blame := (l.Reason == wire.ReasonLeaseExpired || l.Reason == wire.ReasonNodeRestarted) && kind != wire.KindHold
 	err = loseLeaseStmt.queryRow(ctx, tx, named{
 		"node_id": l.NodeID, "epoch": l.Epoch, "reason": l.Reason,
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
@@ -78,6 +92,8 @@ type lostRun struct {
 	runID    string
 	lost     bool
 	released int
+	// regranted: the lease was a hold's, granted again under the node's new boot.
+	regranted bool
 	// healthChanged: the loss moved the node's health (health.sql), whose events its caller
 	// publishes.
 	healthChanged bool

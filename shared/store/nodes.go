@@ -121,7 +121,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, arg
 		var runs []string
 		moved := false
 		for _, l := range stale {
-			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: wire.ReasonNodeRestarted, BootNot: p.BootID})
+			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: wire.ReasonNodeRestarted, BootNot: p.BootID, NewBoot: p.BootID})
 			if err != nil {
 				return HeartbeatResult{}, err
 			}

@@ -22,6 +22,8 @@ type ReapSummary struct {
 	// Stranded counts queued runs placed although nothing was released: each was a lost
 	// wakeup, which healthy operation never produces.
 	Stranded int `json:"stranded"`
+	// HoldsEnded counts the holds whose time was up.
+	HoldsEnded int `json:"holds_ended"`
 	// ChecksScheduled counts the periodic health checks whose time had come.
 	ChecksScheduled int `json:"checks_scheduled"`
 	// ChecksFinished counts the nodes a health check that ended by a cancel or a deadline
@@ -80,6 +82,7 @@ func (s *Store) Reap(ctx context.Context, p ReapParams) (ReapSummary, error) {
 		s.reapCancelGrace,   // 2
 		s.reapTimeouts,      // 3
 		s.reapQueueTimeouts, // 4
+		s.reapHolds,         // a hold's time up: room, like a settle
 		// 6, before the wake: failing a starving run that no node can serve any more frees the
 		// nodes its protection held, and the wake below must see that.
 		s.reapRetired,

@@ -117,8 +117,11 @@ func scanRun(row pgx.Row) (Run, error) {
 	var position *int
 	if err := row.Scan(&r.RunID, &r.key, &r.owner, &r.State, &r.Reason, &r.Priority, &r.Attempt, &r.MaxAttempts, &r.CreatedAt,
 		&r.StartedAt, &r.FinishedAt, &r.CancelRequestedAt, &r.CancelReason, &r.TimeoutSeconds,
-		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &r.Kind, &roles, &r.Steps, &position); err != nil {
+		&r.QueueTimeoutSeconds, &r.WaitForCapacity, &r.Metadata, &r.Kind, &r.HoldSeconds, &r.HoldEndsAt, &roles, &r.Steps, &position); err != nil {
 		return Run{}, err
+	}
+	if r.Steps == nil {
+		r.Steps = []Step{} // a hold's
 	}
 	r.Roles = map[string]Role{}
 	for _, ro := range roles {
@@ -138,6 +141,7 @@ func scanRun(row pgx.Row) (Run, error) {
 type ListRunsParams struct {
 	Viewer Viewer
 	State  string // "" for every state
+	Kind   string // "" for every kind
 	// Priority, when set, lists only runs of that priority.
 	Priority *int
 	Limit    int
@@ -165,6 +169,9 @@ func listFilter(p ListRunsParams) (string, named) {
 	}
 	if p.State != "" {
 		where, args["state"] = append(where, "{{listed_state r}}"), p.State
+	}
+	if p.Kind != "" {
+		where, args["kind"] = append(where, "{{listed_kind r}}"), p.Kind
 	}
 	if p.Priority != nil {
 		where, args["priority"] = append(where, "{{listed_priority r}}"), *p.Priority

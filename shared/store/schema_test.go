@@ -122,7 +122,7 @@ func TestConstraintsHaveNames(t *testing.T) {
 			"node_history_lease_states", store.ErrInvariant},
 		{"an unknown history line", `INSERT INTO node_history (node_id, kind, to_state) VALUES ('n1', 'mood', 'x')`,
 			"node_history_kind", store.ErrInvariant},
-		{"an unknown run kind", `UPDATE runs SET kind = 'hold' WHERE run_id = 'q1'`, "runs_kind_known", store.ErrInvariant},
+		{"an unknown run kind", `UPDATE runs SET kind = 'lunch' WHERE run_id = 'q1'`, "runs_kind_known", store.ErrInvariant},
 		{"a check every 0 seconds", `INSERT INTO health_checks (name, needs, steps, every_seconds, updated_by)
 			VALUES ('c', '{}', '[]', 0, 'admin:x')`, "health_checks_every_positive", store.ErrInvariant},
 		{"a check's steps not a list", `INSERT INTO health_checks (name, needs, steps, updated_by)
@@ -134,6 +134,15 @@ func TestConstraintsHaveNames(t *testing.T) {
 			"runs_health_check_names_check_and_node", store.ErrInvariant},
 		{"a node reserved for no run", `UPDATE nodes SET check_run_id = 'nope' WHERE node_id = 'n1'`,
 			"nodes_check_run_fkey", store.ErrInvariant},
+		// Holds (migration 0017).
+		{"a run with a hold's length", `UPDATE runs SET hold_seconds = 60 WHERE run_id = 'q1'`,
+			"runs_hold_iff_hold_seconds", store.ErrInvariant},
+		{"a run with steps made a hold", `UPDATE runs SET kind = 'hold', hold_seconds = 60 WHERE run_id = 'q1'`,
+			"steps_of_run_kind", store.ErrInvariant},
+		{"a step of a hold", `INSERT INTO steps (run_id, run_kind, step_id, role, ordinal) VALUES ('q1', 'hold', 's9', 'main', 9)`,
+			"steps_not_of_a_hold", store.ErrInvariant},
+		{"a run's end that is a hold's", `UPDATE runs SET hold_ends_at = now() WHERE run_id = 'r1'`,
+			"runs_hold_ends_only_for_holds", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 type ending struct {
 	stmt      statement
 	from      string // the state the due runs are in
-	state     string // FAILED or CANCELLED
-	reason    string
+	state     string // FAILED or CANCELLED; SUCCEEDED for a hold's end
+	reason    string // none for SUCCEEDED
 	kind      string // the event's kind
 	pendingTo string // what a step that never started becomes: SKIPPED or CANCELLED
 	args      named
@@ -33,7 +33,7 @@ func (e endedRuns) madeRoom() bool { return e.freed > 0 || e.unblocked > 0 }
 // endRuns ends what e selects, through q (the pool, or a transaction holding the run).
 func (s *Store) endRuns(ctx context.Context, q querier, e ending) (endedRuns, error) {
 	args := named{
-		"end_state": e.state, "end_reason": e.reason, "end_from": e.from, "end_kind": e.kind,
+		"end_state": e.state, "end_reason": nullIfEmpty(e.reason), "end_from": e.from, "end_kind": e.kind,
 		"pending_to": e.pendingTo, "cancel_reason": nil, "starvation": s.set.Starvation.Seconds(),
 	}
 	for k, v := range e.args {

@@ -49,7 +49,7 @@ var sqlConstants = map[string]string{
 	"IDLE": quote(wire.NodeIdle), "LEASED": quote(wire.NodeLeased), "DRAINING": quote(wire.NodeDraining), "OFFLINE": quote(wire.NodeOffline),
 	"HEALTHY": quote(wire.HealthHealthy), "SUSPECT": quote(wire.HealthSuspect), "QUARANTINED": quote(wire.HealthQuarantined),
 	"by_system": quote(wire.QuarantinedBySystem), "by_self": quote(wire.QuarantinedBySelf),
-	"KIND_HEALTH_CHECK": quote(wire.KindHealthCheck), "SYSTEM_OWNER": quote(wire.SystemOwner),
+	"KIND_HEALTH_CHECK": quote(wire.KindHealthCheck), "KIND_HOLD": quote(wire.KindHold), "SYSTEM_OWNER": quote(wire.SystemOwner),
 	"CHECK_ROLE": quote(wire.HealthCheckRole), "NODE_ID_LABEL_PREFIX": quote(wire.NodeIDLabelKey + "="),
 	"CHECK_TIMEOUT":    strconv.Itoa(wire.HealthCheckTimeoutSeconds),
 	"FINAL_RUN_STATES": quoteAll(wire.FinalRunStates), "reason_cancelled": quote(wire.ReasonCancelled),

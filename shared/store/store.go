@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"mediator/shared/wire"
 	"strconv"
 	"time"
 
@@ -73,7 +74,20 @@ type Settings struct {
 	// QuarantineAfter: this many consecutive infrastructure failures quarantine a node (0 is
 	// the default, DefaultQuarantineAfter).
 	QuarantineAfter int
+	// MaxHoldSeconds: the longest a hold lasts, and the furthest from now an extend moves its
+	// end (0 is the default, wire.DefaultMaxHoldSeconds).
+	MaxHoldSeconds int
 }
+
+func (s Settings) maxHold() int {
+	if s.MaxHoldSeconds <= 0 {
+		return wire.DefaultMaxHoldSeconds
+	}
+	return s.MaxHoldSeconds
+}
+
+// MaxHold is MaxHoldSeconds as it applies.
+func (s *Store) MaxHold() int { return s.set.maxHold() }
 
 // DefaultQuarantineAfter is NODE_QUARANTINE_AFTER's default.
 const DefaultQuarantineAfter = 3

@@ -354,12 +354,14 @@ type storedRun struct {
 	createdAt time.Time
 	position  *int
 	assigned  map[string]string
+	// holdEndsAt: a hold stored RUNNING ends by itself then.
+	holdEndsAt *time.Time
 }
 
 // view is the run as stored — the same shape GetRun reads (a test holds the two together).
 func (st storedRun) view(run wire.NewRun) Run {
 	r := Run{
-		RunID: run.RunID, Kind: wire.KindRun, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
+		RunID: run.RunID, Kind: run.Kind(), HoldSeconds: run.HoldSeconds, HoldEndsAt: st.holdEndsAt, State: st.state, Priority: run.Priority, Attempt: 1, MaxAttempts: run.MaxAttempts, CreatedAt: st.createdAt,
 		TimeoutSeconds: run.TimeoutSeconds, QueueTimeoutSeconds: run.QueueTimeoutSeconds,
 		WaitForCapacity: run.WaitForCapacity, Metadata: run.Metadata, QueuePosition: st.position,
 		Roles: map[string]Role{}, owner: run.Owner, key: st.key,
@@ -377,6 +379,7 @@ func (st storedRun) view(run wire.NewRun) Run {
 	for _, role := range run.Roles {
 		r.Roles[role.Name] = Role{Needs: role.Needs, NodeID: st.assigned[role.Name]}
 	}
+	r.Steps = []Step{} // a hold's stays empty
 	for _, step := range run.Steps {
 		v := Step{ID: step.ID, Role: step.Role, State: stepState, After: step.After, Retries: step.Retries}
 		if stepState == wire.Skipped {
@@ -455,7 +458,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 	*stored = storedRun{reason: reason}
 	submitInsertStmt.queue(b, func(row pgx.Row) error {
 		var roles, nodes []string
-		err := row.Scan(&stored.state, &stored.createdAt, &stored.position, &roles, &nodes, &stored.key)
+		err := row.Scan(&stored.state, &stored.createdAt, &stored.position, &roles, &nodes, &stored.key, &stored.holdEndsAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run_id exists: stored.state stays ""
 		}
@@ -475,6 +478,7 @@ func (s *Store) queueInsert(b *pgx.Batch, run wire.NewRun, pl placement, stored 
 		"queue_timeout": run.QueueTimeoutSeconds, "wait_for_capacity": run.WaitForCapacity,
 		"metadata": run.Metadata, "role_names": names, "role_needs": needKeys(run.Roles),
 		"steps": stepsJSON, "lease_ttl": s.set.LeaseTTL.Seconds(), "check_run": "",
+		"kind": run.Kind(), "hold_seconds": run.HoldSeconds, "new_hold_seconds": run.HoldSeconds,
 	})
 	return nil
 }

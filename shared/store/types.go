@@ -13,24 +13,28 @@ import (
 type Run struct {
 	RunID string `json:"run_id"`
 	// Kind is wire.KindRun, or wire.KindHealthCheck for a check the system placed on a node.
-	Kind                string            `json:"kind"`
-	State               string            `json:"state"`
-	Reason              *string           `json:"reason"`
-	Priority            int               `json:"priority"` // 0 to 100, higher first
-	Attempt             int               `json:"attempt"`
-	MaxAttempts         int               `json:"max_attempts"`
-	CreatedAt           time.Time         `json:"created_at"`
-	StartedAt           *time.Time        `json:"started_at"`
-	FinishedAt          *time.Time        `json:"finished_at"`
-	CancelRequestedAt   *time.Time        `json:"cancel_requested_at"`
-	CancelReason        *string           `json:"cancel_reason,omitempty"`
-	TimeoutSeconds      *int              `json:"timeout_seconds"`
-	QueueTimeoutSeconds *int              `json:"queue_timeout_seconds"`
-	WaitForCapacity     bool              `json:"wait_for_capacity"`
-	Roles               map[string]Role   `json:"roles"`
-	Steps               []Step            `json:"steps"`
-	Assigned            map[string]string `json:"assigned,omitempty"`
-	Metadata            json.RawMessage   `json:"metadata"`
+	Kind                string     `json:"kind"`
+	State               string     `json:"state"`
+	Reason              *string    `json:"reason"`
+	Priority            int        `json:"priority"` // 0 to 100, higher first
+	Attempt             int        `json:"attempt"`
+	MaxAttempts         int        `json:"max_attempts"`
+	CreatedAt           time.Time  `json:"created_at"`
+	StartedAt           *time.Time `json:"started_at"`
+	FinishedAt          *time.Time `json:"finished_at"`
+	CancelRequestedAt   *time.Time `json:"cancel_requested_at"`
+	CancelReason        *string    `json:"cancel_reason,omitempty"`
+	TimeoutSeconds      *int       `json:"timeout_seconds"`
+	QueueTimeoutSeconds *int       `json:"queue_timeout_seconds"`
+	WaitForCapacity     bool       `json:"wait_for_capacity"`
+	// HoldSeconds is a hold's length, and HoldEndsAt, once it is placed, when it ends by
+	// itself (both absent for a run of another kind).
+	HoldSeconds *int              `json:"hold_seconds,omitempty"`
+	HoldEndsAt  *time.Time        `json:"hold_ends_at,omitempty"`
+	Roles       map[string]Role   `json:"roles"`
+	Steps       []Step            `json:"steps"`
+	Assigned    map[string]string `json:"assigned,omitempty"`
+	Metadata    json.RawMessage   `json:"metadata"`
 	// QueuePosition is how many runs are ahead of a QUEUED run.
 	QueuePosition *int `json:"queue_position,omitempty"`
 	// Owner and Key are shown to admins only (ShownTo): a client's runs are its own, and a

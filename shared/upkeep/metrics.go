@@ -30,6 +30,7 @@ func reapMetrics(sum store.ReapSummary) []metric {
 		{"CancelsSettled", sum.Cancelled},
 		{"RunsTimedOut", sum.TimedOut},
 		{"QueuedRunsTimedOut", sum.QueueTimedOut},
+		{"HoldsEnded", sum.HoldsEnded},
 		{"NodesRetired", sum.Retired},
 		{"RunsUnservable", sum.Unservable},
 		{"RunsPromoted", sum.Promoted},

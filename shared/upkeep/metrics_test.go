@@ -169,7 +169,7 @@ func TestReapLogLineIsEMF(t *testing.T) {
 		"expired": "LeasesExpired", "cancelled": "CancelsSettled", "timed_out": "RunsTimedOut",
 		"queue_timed_out": "QueuedRunsTimedOut", "retired": "NodesRetired", "unservable": "RunsUnservable",
 		"promoted": "RunsPromoted", "stranded": upkeep.StrandedRunsMetric, "outage_grace": "OutageGraceLeases",
-		"checks_scheduled": "HealthChecksScheduled", "checks_finished": "HealthChecksFinished",
+		"checks_scheduled": "HealthChecksScheduled", "holds_ended": "HoldsEnded", "checks_finished": "HealthChecksFinished",
 		"pruned": "RunsPruned", "published": "EventsPublished",
 	}
 	var declared []string

@@ -18,6 +18,17 @@ type NewRun struct {
 	QueueTimeoutSeconds *int
 	WaitForCapacity     bool
 	Metadata            json.RawMessage
+	// HoldSeconds makes the run a hold (KindHold): no steps, its nodes leased this long once
+	// placed. Nil for a run with steps.
+	HoldSeconds *int
+}
+
+// Kind is the run's kind as submitted: a hold, or a run.
+func (r NewRun) Kind() string {
+	if r.HoldSeconds != nil {
+		return KindHold
+	}
+	return KindRun
 }
 
 // NewRole is a role and its needs (sorted, no duplicates). Its fields' names are part of a

@@ -161,7 +161,19 @@ const MaxHealthReasonBytes = 1024
 const (
 	KindRun         = "run"
 	KindHealthCheck = "health_check"
+	// KindHold is a person's reservation: no steps, a length (hold_seconds).
+	KindHold = "hold"
 )
+
+// RunKinds are every kind of run.
+var RunKinds = []string{KindRun, KindHealthCheck, KindHold}
+
+// DefaultMaxHoldSeconds is MAX_HOLD_SECONDS's default: the longest a hold lasts, and the
+// furthest an extend moves its end from now (8 hours).
+const DefaultMaxHoldSeconds = 8 * 3600
+
+// MaxHoldSecondsLimit bounds MAX_HOLD_SECONDS itself (30 days).
+const MaxHoldSecondsLimit = 30 * 86400
 
 // HealthCheckRole is the one role of a health check's run, pinned to the node it checks.
 const HealthCheckRole = "node"

@@ -3,7 +3,7 @@
 -- fragment: lock_run_of_lease
 -- The run's row before the lease (lock.go: node, run, lease): taking the lease first would
 -- deadlock against a report releasing the same node.
-SELECT r.run_id FROM leases l JOIN runs r ON r.run_id = l.run_id
+SELECT r.run_id, r.kind FROM leases l JOIN runs r ON r.run_id = l.run_id
 WHERE l.node_id = $1 AND l.epoch = $2 FOR UPDATE OF r
 
 -- name: lose_lock_node

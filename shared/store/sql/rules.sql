@@ -88,6 +88,10 @@ CASE WHEN l.run_id IS NOT NULL THEN {{LEASED}}
      WHEN {{drained n}} THEN {{DRAINING}}
      ELSE {{IDLE}} END
 
+-- fragment: hold_end(r)
+-- When a hold r placed now ends by itself (NULL for a run of another kind: no hold_seconds).
+now() + r.hold_seconds * interval '1 second'
+
 -- fragment: need_key(ro)
 -- A role's needs as one string (labels never contain a comma): how the wake pairs planned
 -- nodes with a picked run's roles. needKey is its Go twin (TestNeedKeyInGoIsNeedKeyInSQL).

@@ -19,7 +19,7 @@ END
 -- queue position: its name (the run_id its owner chose), its key, its owner first.
 r.name, r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
 r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
-r.wait_for_capacity, r.metadata, r.kind,
+r.wait_for_capacity, r.metadata, r.kind, r.hold_seconds, r.hold_ends_at,
 (SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
    FROM run_roles ro WHERE ro.run_id = r.run_id) AS roles,
 (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,
@@ -41,6 +41,9 @@ r.owner = @owner
 
 -- fragment: listed_state(r)
 r.state = @state
+
+-- fragment: listed_kind(r)
+r.kind = @kind
 
 -- fragment: listed_priority(r)
 r.priority = @priority::smallint
@@ -156,18 +159,19 @@ WITH key AS (
                 ELSE @state::text END AS state
 ), run AS (
     INSERT INTO runs (run_id, name, owner, state, reason, priority, request_hash, shape, width, max_attempts,
-        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata,
+        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, kind, hold_seconds, hold_ends_at,
         started_at, finished_at, deadline_at)
     SELECT (SELECT key FROM key), @run_id::text, @owner::text, d.state, CASE WHEN d.state = {{FAILED}} THEN @reason::text END,
         @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
+        @kind::text, @hold_seconds::int, CASE WHEN d.state = {{RUNNING}} THEN {{hold_end @new}} END,
         CASE WHEN d.state = {{RUNNING}} THEN now() END,
         CASE WHEN d.state = {{FAILED}} THEN now() END,
         CASE d.state WHEN {{QUEUED}} THEN now() + @queue_timeout::int * interval '1 second'
                      WHEN {{RUNNING}} THEN now() + @timeout::int * interval '1 second' END
     FROM decided d
     ON CONFLICT DO NOTHING
-    RETURNING run_id, state, created_at, queue_rank
+    RETURNING run_id, state, created_at, queue_rank, hold_ends_at
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
@@ -190,7 +194,7 @@ WITH key AS (
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = {{FAILED}} THEN @reason::text END FROM run
 )
 SELECT r.state, r.created_at, {{queue_position r}},
-       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id
+       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id, r.hold_ends_at
 FROM run r
 
 -- name: set_priority

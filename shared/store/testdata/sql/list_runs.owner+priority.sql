@@ -2,7 +2,7 @@
 WITH page AS MATERIALIZED (
     SELECT r.name, r.run_id, r.owner, r.state, r.reason, r.priority, r.attempt, r.max_attempts, r.created_at, r.started_at,
 r.finished_at, r.cancel_requested_at, r.cancel_reason, r.timeout_seconds, r.queue_timeout_seconds,
-r.wait_for_capacity, r.metadata, r.kind,
+r.wait_for_capacity, r.metadata, r.kind, r.hold_seconds, r.hold_ends_at,
 (SELECT json_agg(json_build_object('name', ro.role, 'needs', ro.needs, 'node_id', ro.node_id) ORDER BY ro.ordinal)
    FROM run_roles ro WHERE ro.run_id = r.run_id) AS roles,
 (SELECT json_agg(json_build_object('id', s.step_id, 'role', s.role, 'state', s.state, 'after', s.after,

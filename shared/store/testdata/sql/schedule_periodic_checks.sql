@@ -23,8 +23,8 @@ WITH wanted AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT d.run_id, 'node', 1, d.needs || ('node_id=' || d.node_id), '' FROM due d
 ), check_steps AS (
-    INSERT INTO steps (run_id, step_id, role, ordinal, after, spec, retries, state)
-    SELECT d.run_id, s.id, s.role, s.ord - 1, coalesce(s.after, '{}'), s.spec, coalesce(s.retries, 0), 'PENDING'
+    INSERT INTO steps (run_id, run_kind, step_id, role, ordinal, after, spec, retries, state)
+    SELECT d.run_id, 'health_check', s.id, s.role, s.ord - 1, coalesce(s.after, '{}'), s.spec, coalesce(s.retries, 0), 'PENDING'
     FROM due d CROSS JOIN LATERAL ROWS FROM (
         jsonb_to_recordset(d.steps) AS (id text, role text, after text[], spec jsonb, retries int)
     ) WITH ORDINALITY AS s(id, role, after, spec, retries, ord)

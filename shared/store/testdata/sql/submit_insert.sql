@@ -21,18 +21,19 @@ WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
                 ELSE @state::text END AS state
 ), run AS (
     INSERT INTO runs (run_id, name, owner, state, reason, priority, request_hash, shape, width, max_attempts,
-        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata,
+        timeout_seconds, queue_timeout_seconds, wait_for_capacity, metadata, kind, hold_seconds, hold_ends_at,
         started_at, finished_at, deadline_at)
     SELECT (SELECT key FROM key), @run_id::text, @owner::text, d.state, CASE WHEN d.state = 'FAILED' THEN @reason::text END,
         @priority::smallint, @request_hash::bytea,
         @shape::text, @width::int, @max_attempts::int, @timeout::int, @queue_timeout::int, @wait_for_capacity::bool, @metadata::jsonb,
+        @kind::text, @hold_seconds::int, CASE WHEN d.state = 'RUNNING' THEN now() + @new_hold_seconds * interval '1 second' END,
         CASE WHEN d.state = 'RUNNING' THEN now() END,
         CASE WHEN d.state = 'FAILED' THEN now() END,
         CASE d.state WHEN 'QUEUED' THEN now() + @queue_timeout::int * interval '1 second'
                      WHEN 'RUNNING' THEN now() + @timeout::int * interval '1 second' END
     FROM decided d
     ON CONFLICT DO NOTHING
-    RETURNING run_id, state, created_at, queue_rank
+    RETURNING run_id, state, created_at, queue_rank, hold_ends_at
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
@@ -62,5 +63,5 @@ SELECT r.state, r.created_at, CASE WHEN r.state = 'QUEUED' THEN
   + (SELECT count(*) FROM runs q WHERE q.state = 'QUEUED' AND q.queue_rank = r.queue_rank
         AND q.created_at >= to_timestamp(queue_bucket(r.created_at, 1)) AND (q.queue_rank, q.created_at, q.run_id) < (r.queue_rank, r.created_at, r.run_id))
 END,
-       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id
+       (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id, r.hold_ends_at
 FROM run r

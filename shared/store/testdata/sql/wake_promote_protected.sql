@@ -25,7 +25,7 @@ FOR UPDATE OF f SKIP LOCKED
     SELECT r.role, s.node_id, s.boot_id FROM role r JOIN slot s ON s.ord = r.ord AND s.need = r.need
 ), run AS (
     UPDATE runs r SET state = 'RUNNING', started_at = now(),
-        deadline_at = now() + r.timeout_seconds * interval '1 second'
+        deadline_at = now() + r.timeout_seconds * interval '1 second', hold_ends_at = now() + r.hold_seconds * interval '1 second'
     FROM pick WHERE r.run_id = pick.run_id AND r.state = 'QUEUED' AND pick.width = (SELECT count(*) FROM assign)
     RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at
 ), roles AS (

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"mediator/shared/wire"
+)
+
+// Holds: a run of kind hold (wire.KindHold) has no steps and a length. It is matched, queued,
+// prioritised, protected from starvation and refused exactly as any run (Submit, WakeQueued);
+// placed, its nodes are leased until it ends: released by its owner (ReleaseHold), its time up
+// (the reaper, reapHolds), cancelled (Cancel), or a node lost (FAILED lease_expired). A node's
+// restart re-grants its lease under the new boot (loseLease). No step of it is ever final, so it
+// never settles, and partial release does not apply.
+
+var (
+	endReleasedStmt = stmt("end_released")
+	endHoldsDueStmt = stmt("end_holds_due")
+	extendHoldStmt  = stmt("extend_hold")
+)
+
+// HoldResult is a hold after its owner's release or extend.
+type HoldResult struct {
+	Run Run
+	// CapacityAppeared: the release freed nodes; the caller wakes the queue.
+	CapacityAppeared bool
+}
+
+// ReleaseHold ends a hold at its owner's (or an admin's) word: a placed one SUCCEEDED, its nodes
+// free (event hold_released); a queued one CANCELLED. A finished run is a *RunNotLiveError; a
+// run of another kind ErrNotAHold.
+func (s *Store) ReleaseHold(ctx context.Context, ref RunRef) (HoldResult, error) {
+	return s.onHold(ctx, ref, func(tx pgx.Tx, key string, lr lockedRun) (bool, error) {
+		e := ending{stmt: endReleasedStmt, from: wire.Running, state: wire.Succeeded, kind: "hold_released", args: named{"run_id": key}}
+		if lr.state == wire.Queued {
+			e = ending{stmt: endCancelledStmt, from: wire.Queued, state: wire.Cancelled, reason: wire.ReasonCancelled,
+				kind: "cancelled", pendingTo: wire.Cancelled, args: named{"run_id": key, "cancel_reason": "released before it was placed"}}
+		}
+		ended, err := s.endRuns(ctx, tx, e)
+		return ended.madeRoom(), err
+	})
+}
+
+// ExtendHold moves a live hold's end later by seconds, to at most MAX_HOLD_SECONDS from now (a
+// queued hold's length, to at most MAX_HOLD_SECONDS). A finished run is a *RunNotLiveError; a
+// run of another kind ErrNotAHold.
+func (s *Store) ExtendHold(ctx context.Context, ref RunRef, seconds int) (HoldResult, error) {
+	return s.onHold(ctx, ref, func(tx pgx.Tx, key string, _ lockedRun) (bool, error) {
+		_, err := extendHoldStmt.exec(ctx, tx, named{"run_id": key, "seconds": seconds, "max_hold": s.set.maxHold()})
+		return false, err
+	})
+}
+
+// onHold locks the hold ref names (as its viewer may), checks it is live, acts on it, and reads
+// it back before COMMIT, as Cancel does.
+func (s *Store) onHold(ctx context.Context, ref RunRef, act func(pgx.Tx, string, lockedRun) (bool, error)) (HoldResult, error) {
+	return inTx(ctx, s, func(tx pgx.Tx) (HoldResult, error) {
+		key, err := resolve(ctx, tx, ref)
+		if err != nil {
+			return HoldResult{}, err
+		}
+		t := lockTarget{RunID: key}
+		if !ref.Viewer.Admin {
+			t.Owner = ref.Viewer.Owner
+		}
+		lr, err := lockRun(ctx, tx, t)
+		if err != nil {
+			return HoldResult{}, err
+		}
+		if lr.kind != wire.KindHold {
+			return HoldResult{}, ErrNotAHold
+		}
+		var room bool
+		if !wire.Final(lr.state) {
+			if room, err = act(tx, key, lr); err != nil {
+				return HoldResult{}, err
+			}
+		}
+		run, err := getRun(ctx, tx, key)
+		if err != nil {
+			return HoldResult{}, err
+		}
+		run = run.ShownTo(ref.Viewer)
+		if wire.Final(lr.state) {
+			return HoldResult{}, &RunNotLiveError{Run: run}
+		}
+		return HoldResult{Run: run, CapacityAppeared: room}, nil
+	})
+}
+
+// reapHolds ends the placed holds whose time is up, SUCCEEDED (event hold_expired), a batch per
+// transaction; their nodes are room for the wake that follows.
+func (s *Store) reapHolds(ctx context.Context, sum *ReapSummary) (bool, error) {
+	return s.endInBatches(ctx, &sum.HoldsEnded, sum, ending{
+		stmt: endHoldsDueStmt, from: wire.Running, state: wire.Succeeded, kind: "hold_expired",
+	})
+}
