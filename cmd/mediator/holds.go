@@ -258,7 +258,8 @@ func (a *app) printHoldAs(r client.Run, note string) {
 }
 
 // holdState is a hold's state in words: "RUNNING until 2026-12-01 13:30:00 UTC (in 1h)",
-// "QUEUED at queue position 2, for 1h once placed", "SUCCEEDED hold_released".
+// "QUEUED at queue position 2, for 1h once placed", "SUCCEEDED hold_released", "CANCELLED:
+// released before it was placed".
 func holdState(r client.Run, now time.Time, colour bool) string {
 	st := colourState(colour, r.State) + reasonSuffix(r)
 	switch r.State {
@@ -270,6 +271,10 @@ func holdState(r client.Run, now time.Time, colour bool) string {
 		st += " at queue position " + position(r)
 		if r.HoldSeconds != nil {
 			st += ", for " + holdLength(r) + " once placed"
+		}
+	case wire.Cancelled:
+		if why := deref(r.CancelReason); why != "" {
+			st += ": " + visible(why)
 		}
 	}
 	return st

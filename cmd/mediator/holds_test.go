@@ -136,6 +136,11 @@ func TestAHoldSaysUntilWhen(t *testing.T) {
 	if want := "hold h4: SUCCEEDED hold_released\n"; out.String() != want {
 		t.Errorf("released: %q, want %q", out.String(), want)
 	}
+	out.Reset()
+	a.printHold(client.Run{RunID: "h5", Kind: client.KindHold, State: "CANCELLED", Reason: ptr("cancelled"), CancelReason: ptr("released\x07")})
+	if want := "hold h5: CANCELLED: released\\a\n"; out.String() != want {
+		t.Errorf("released while queued: %q, want %q", out.String(), want)
+	}
 	if got := until(now.Add(-90*time.Second), now); got != "2026-12-01 11:58:30 UTC (1m ago)" {
 		t.Errorf("an end gone by: %q", got)
 	}
@@ -199,7 +204,8 @@ func TestARunThatIsAHold(t *testing.T) {
 	}
 	out.Reset()
 	a.printRuns([]*client.RunPage{{Runs: []client.Run{hold, {RunID: "r", Kind: client.KindRun, State: "QUEUED", CreatedAt: now}}}})
-	if lines := strings.Split(out.String(), "\n"); !strings.Contains(lines[0], "KIND") || !strings.Contains(lines[1], "hold") {
+	if lines := strings.Split(out.String(), "\n"); !strings.Contains(lines[0], "KIND") || !strings.Contains(lines[1], "hold") ||
+		strings.Contains(lines[1], "0/0") || !strings.Contains(lines[2], "0/0") {
 		t.Errorf("runs:\n%s", out.String())
 	}
 	if got := describe(queued, false); got != "run h2: QUEUED · position 1 · for 1m" {

@@ -34,8 +34,8 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 			if p.State != "" && !slices.Contains(wire.RunStates, p.State) {
 				return usagef("--state must be one of %s", strings.Join(wire.RunStates, ", "))
 			}
-			if p.Kind != "" && !slices.Contains(runKinds, p.Kind) {
-				return usagef("--kind must be one of %s", strings.Join(runKinds, ", "))
+			if p.Kind != "" && !slices.Contains(wire.RunKinds, p.Kind) {
+				return usagef("--kind must be one of %s", strings.Join(wire.RunKinds, ", "))
 			}
 			if p.Limit < 0 || p.Limit > wire.MaxPageSize {
 				return usagef("--limit must be from 1 to %d", wire.MaxPageSize)
@@ -69,16 +69,13 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 	}
 	f := cmd.Flags()
 	f.StringVar(&p.State, "state", "", "only runs in this state ("+strings.Join(wire.RunStates, ", ")+")")
-	f.StringVar(&p.Kind, "kind", "", "only runs of this kind ("+strings.Join(runKinds, ", ")+")")
+	f.StringVar(&p.Kind, "kind", "", "only runs of this kind ("+strings.Join(wire.RunKinds, ", ")+")")
 	f.IntVar(&priority, "priority", 0, "only runs of this priority (0 to 100)")
 	f.IntVar(&p.Limit, "limit", 0, "runs per page (1 to 100; the API's default is 20)")
 	f.StringVar(&p.After, "after", "", "start after this cursor (the next page of an earlier listing)")
 	f.BoolVar(&all, "all", false, "follow the pages to the last one")
 	return cmd
 }
-
-// runKinds are the kinds GET /v1/runs?kind= filters by.
-var runKinds = []string{client.KindRun, client.KindHealthCheck, client.KindHold}
 
 // printPagesJSON prints one page as received, or every page's runs as one listing.
 func (a *app) printPagesJSON(pages []*client.RunPage, all bool) error {
@@ -130,8 +127,12 @@ func (a *app) printRuns(pages []*client.RunPage) {
 			} else if wire.Final(r.State) {
 				where = ""
 			}
+			steps := fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps))
+			if r.Hold() {
+				steps = "" // it has none to do
+			}
 			cells := []string{r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
-				fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps)), where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now)}
+				steps, where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now)}
 			if kinds {
 				kind := ""
 				if otherKind(r) {
