@@ -82,6 +82,7 @@ type oauthFlags struct {
 // commands are the subcommands, each built on the app's global flags and client.
 var commands = []func(*app) *cobra.Command{
 	submitCommand, runsCommand, runCommand, logsCommand, cancelCommand, priorityCommand,
+	holdCommand, holdsCommand, extendCommand, releaseCommand,
 	queueCommand, nodesCommand, nodeCommand, leasesCommand, drainCommand, undrainCommand,
 	quarantineCommand, unquarantineCommand, healthCheckCommand,
 	agentCommand, versionCommand,
@@ -95,9 +96,9 @@ func newRoot(a *app) *cobra.Command {
 		Short: "Submit and follow runs on Mediator, look at its queue and fleet, and put a machine to work",
 		Long: `mediator talks to a Mediator API: it submits runs (YAML or JSON, the body POST /v1/runs
 takes) and follows them to their end, lists and inspects runs, prints and follows their steps'
-logs, cancels them, and shows the queue, the fleet and the leases; admins quarantine nodes and
-register the health checks that bring them back. mediator agent makes this machine a node that
-runs steps.
+logs, cancels them, holds nodes for interactive work (hold, holds, extend, release), and shows
+the queue, the fleet and the leases; admins quarantine nodes and register the health checks
+that bring them back. mediator agent makes this machine a node that runs steps.
 
 The API is --url (or MEDIATOR_URL; ` + defaultURL + `, what make dev serves). Credentials
 are one of:
@@ -134,7 +135,8 @@ Every call is retried with backoff while the API answers 503 or cannot be reache
 	f.StringVar(&a.region, "region", "", "with --auth iam: the region to sign for (default: from the API's host name, else AWS_REGION)")
 	f.StringVarP(&a.output, "output", "o", "table", "table or json (json prints the API's answers as received)")
 	f.DurationVar(&a.timeout, "timeout", client.DefaultRetry.Budget, "how long one API call may take, its retries included")
-	root.AddGroup(&cobra.Group{ID: "runs", Title: "Runs:"}, &cobra.Group{ID: "fleet", Title: "The queue and the fleet:"},
+	root.AddGroup(&cobra.Group{ID: "runs", Title: "Runs:"}, &cobra.Group{ID: "holds", Title: "Holds (nodes kept for interactive work):"},
+		&cobra.Group{ID: "fleet", Title: "The queue and the fleet:"},
 		&cobra.Group{ID: "node", Title: "This machine as a node:"})
 	for _, c := range commands {
 		root.AddCommand(c(a))

@@ -22,7 +22,7 @@ func runsCommand(a *app) *cobra.Command {
 	var all bool
 	var priority int
 	cmd := &cobra.Command{
-		Use:     "runs [--state S] [--priority P] [--limit N] [--all]",
+		Use:     "runs [--state S] [--kind K] [--priority P] [--limit N] [--all]",
 		Short:   "List runs, newest first",
 		GroupID: "runs",
 		Long: `List runs, newest first: yours, or every run for an admin. One page (--limit, 20 by
@@ -33,6 +33,9 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 			p.State = strings.ToUpper(p.State)
 			if p.State != "" && !slices.Contains(wire.RunStates, p.State) {
 				return usagef("--state must be one of %s", strings.Join(wire.RunStates, ", "))
+			}
+			if p.Kind != "" && !slices.Contains(wire.RunKinds, p.Kind) {
+				return usagef("--kind must be one of %s", strings.Join(wire.RunKinds, ", "))
 			}
 			if p.Limit < 0 || p.Limit > wire.MaxPageSize {
 				return usagef("--limit must be from 1 to %d", wire.MaxPageSize)
@@ -66,6 +69,7 @@ default, at most 100) unless --all, which follows the pages to the end; with --o
 	}
 	f := cmd.Flags()
 	f.StringVar(&p.State, "state", "", "only runs in this state ("+strings.Join(wire.RunStates, ", ")+")")
+	f.StringVar(&p.Kind, "kind", "", "only runs of this kind ("+strings.Join(wire.RunKinds, ", ")+")")
 	f.IntVar(&priority, "priority", 0, "only runs of this priority (0 to 100)")
 	f.IntVar(&p.Limit, "limit", 0, "runs per page (1 to 100; the API's default is 20)")
 	f.StringVar(&p.After, "after", "", "start after this cursor (the next page of an earlier listing)")
@@ -105,7 +109,8 @@ func (a *app) printPagesJSON(pages []*client.RunPage, all bool) error {
 func (a *app) printRuns(pages []*client.RunPage) {
 	now := a.now()
 	t := &table{header: []string{"RUN ID", "STATE", "REASON", "ATTEMPT", "STEPS", "WHERE", "CREATED", "ENDED"}, coloured: []int{1}}
-	// A KIND column only when a run is not a plain one (a health check): most listings have none.
+	// A KIND column only when a run is not a plain one (a hold, a health check): most listings
+	// have none.
 	kinds := false
 	for _, p := range pages {
 		kinds = kinds || slices.ContainsFunc(p.Runs, func(r client.Run) bool { return otherKind(r) })
@@ -122,8 +127,12 @@ func (a *app) printRuns(pages []*client.RunPage) {
 			} else if wire.Final(r.State) {
 				where = ""
 			}
+			steps := fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps))
+			if r.Hold() {
+				steps = "" // it has none to do
+			}
 			cells := []string{r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
-				fmt.Sprintf("%d/%d", r.StepsDone(), len(r.Steps)), where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now)}
+				steps, where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now)}
 			if kinds {
 				kind := ""
 				if otherKind(r) {
@@ -185,7 +194,7 @@ func runCommand(a *app) *cobra.Command {
 	return cmd
 }
 
-// otherKind: the run is not a plain one a client submitted (a health check).
+// otherKind: the run is not a plain one a client submitted (a hold, a health check).
 func otherKind(r client.Run) bool { return r.Kind != "" && r.Kind != client.KindRun }
 
 func (a *app) printRun(d *client.RunDetail, owner string) {
@@ -209,6 +218,18 @@ func (a *app) printRun(d *client.RunDetail, owner string) {
 		times = append(times, fmt.Sprintf("finished %s, %s after it was submitted", ago(*r.FinishedAt, now), elapsed(took)))
 	}
 	fmt.Fprintf(w, "  %s\n", strings.Join(times, " · "))
+	if r.Hold() {
+		line := "  hold of " + holdLength(r)
+		switch {
+		case r.State == wire.Running && r.HoldEndsAt != nil:
+			line += " · until " + until(*r.HoldEndsAt, now)
+		case r.State == wire.Queued:
+			line += " · from when it is placed"
+		case r.HoldEndsAt != nil:
+			line += " · was to end " + until(*r.HoldEndsAt, now)
+		}
+		fmt.Fprintln(w, line)
+	}
 	if r.Owner != "" {
 		fmt.Fprintf(w, "  owner %s · key %s\n", visible(r.Owner), visible(r.Key))
 	}
@@ -231,6 +252,10 @@ func (a *app) printRun(d *client.RunDetail, owner string) {
 	}
 	roleTable.write(w, false)
 
+	if r.Hold() { // no steps, and no failures of its own to show
+		a.printHistory(d)
+		return
+	}
 	fmt.Fprintln(w)
 	steps := &table{header: []string{"STEP", "ROLE", "STATE", "AFTER", "TRIES", "EXIT", "STARTED", "FINISHED", "MESSAGE"}, coloured: []int{2}}
 	for _, s := range r.Steps {
@@ -243,7 +268,13 @@ func (a *app) printRun(d *client.RunDetail, owner string) {
 	}
 	steps.write(w, colour)
 	a.printFailures(r, owner)
+	a.printHistory(d)
+}
 
+// printHistory is a run's history as a table, under its other tables.
+func (a *app) printHistory(d *client.RunDetail) {
+	w, now := a.stdout, a.now()
+	colour := a.colour(a.stdoutTTY)
 	if len(d.History) == 0 {
 		return
 	}

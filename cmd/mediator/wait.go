@@ -28,6 +28,12 @@ const (
 // read, in order. With --output json the progress goes to stderr, and only when that is a
 // terminal: stdout is for the API's JSON.
 func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*client.RunDetail, error) {
+	return a.followUntil(ctx, api, run, func(r client.Run) bool { return wire.Final(r.State) })
+}
+
+// followUntil is follow up to the first read of the run for which done holds (a hold waits
+// only for its placement), or its end.
+func (a *app) followUntil(ctx context.Context, api *client.Client, run client.Run, done func(client.Run) bool) (*client.RunDetail, error) {
 	if run.Owner != "" { // an admin's run: its id may be another owner's too
 		api = api.ForOwner(run.Owner)
 	}
@@ -46,7 +52,7 @@ func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*
 		defer t.Stop()
 		tick = t.C
 	}
-	for !wire.Final(run.State) {
+	for !done(run) && !wire.Final(run.State) {
 		select {
 		case <-ctx.Done():
 			s.end()
@@ -74,7 +80,7 @@ func (a *app) follow(ctx context.Context, api *client.Client, run client.Run) (*
 		}
 	}
 	s.end()
-	if detail == nil { // finished before the first read: the history comes with a read
+	if detail == nil { // done before the first read: the history comes with a read
 		var err error
 		if detail, err = api.GetRun(ctx, run.RunID); err != nil {
 			return nil, err
@@ -216,8 +222,12 @@ func (s *status) eventLine(r client.Run, e client.Event) string {
 	return b.String()
 }
 
-// stepsAt is " · steps n/m": how many of the run's steps had ended at t.
+// stepsAt is " · steps n/m": how many of the run's steps had ended at t; "" for a hold, which
+// has none.
 func stepsAt(r client.Run, t time.Time) string {
+	if r.Hold() {
+		return ""
+	}
 	n := 0
 	for _, st := range r.Steps {
 		if wire.Final(st.State) && st.FinishedAt != nil && !st.FinishedAt.After(t) {
@@ -240,6 +250,12 @@ func describe(r client.Run, colour bool) string {
 	}
 	if r.State == wire.Queued {
 		b.WriteString(" · position " + position(r))
+	}
+	if r.Hold() { // no steps: its length is what it is for
+		if r.State == wire.Queued && r.HoldSeconds != nil {
+			b.WriteString(" · for " + short(seconds(float64(*r.HoldSeconds))))
+		}
+		return b.String()
 	}
 	fmt.Fprintf(&b, " · steps %d/%d", r.StepsDone(), len(r.Steps))
 	if r.MaxAttempts > 1 {

@@ -22,10 +22,12 @@ type Operation struct {
 var (
 	opSubmit     = Operation{"POST", "/v1/runs", nil, []int{200, 201, 202, 422}, "Submit"}
 	opDryRun     = Operation{"POST", "/v1/runs", []string{"dry_run"}, []int{200}, "DryRun"}
-	opListRuns   = Operation{"GET", "/v1/runs", []string{"state", "limit", "after", "priority"}, []int{200}, "ListRuns"}
+	opListRuns   = Operation{"GET", "/v1/runs", []string{"state", "limit", "after", "priority", "kind"}, []int{200}, "ListRuns"}
 	opGetRun     = Operation{"GET", "/v1/runs/{run_id}", []string{"owner"}, []int{200}, "GetRun"}
 	opCancel     = Operation{"POST", "/v1/runs/{run_id}/cancel", []string{"owner"}, []int{200, 202}, "Cancel"}
 	opPriority   = Operation{"POST", "/v1/runs/{run_id}/priority", []string{"owner"}, []int{200}, "SetPriority"}
+	opRelease    = Operation{"POST", "/v1/runs/{run_id}/release", []string{"owner"}, []int{200}, "Release"}
+	opExtend     = Operation{"POST", "/v1/runs/{run_id}/extend", []string{"owner"}, []int{200}, "Extend"}
 	opReport     = Operation{"POST", "/v1/runs/{run_id}/steps/{step_id}/result", nil, []int{200}, "Report"}
 	opHeartbeat  = Operation{"PUT", "/v1/nodes/{node_id}", nil, []int{200}, "Heartbeat"}
 	opRemoveNode = Operation{"DELETE", "/v1/nodes/{node_id}", nil, []int{200}, "RemoveNode"}
@@ -52,6 +54,7 @@ var Operations = []Operation{
 	opSubmit, opDryRun, opListRuns, opGetRun, opCancel, opPriority, opReport, opHeartbeat, opRemoveNode,
 	opDrain, opUndrain, opListNodes, opListLeases, opQueue, opHealth, opOpenAPI, opLogURLs, opStepLog,
 	opGetNode, opQuarantine, opUnquaran, opPutCheck, opGetCheck, opListChecks, opDelCheck,
+	opRelease, opExtend,
 }
 
 // call is the operation with its path parameters filled in, in the order the path names them,
@@ -123,7 +126,8 @@ func (c *Client) GetRun(ctx context.Context, runID string) (*RunDetail, error) {
 
 // ForOwner is c naming the runs of owner ("client:alice"): an admin's way to say whose run an
 // id means when runs of several owners have it (409 run_id_ambiguous otherwise). Only the
-// calls that name a run by its id (GetRun, Cancel, SetPriority) send it.
+// calls that name a run by its id (GetRun, Cancel, SetPriority, Release, Extend, StepLog)
+// send it.
 func (c *Client) ForOwner(owner string) *Client {
 	o := *c
 	o.owner = owner
@@ -152,6 +156,9 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (*RunPage, erro
 	}
 	if p.Priority != nil {
 		q.Set("priority", strconv.Itoa(*p.Priority))
+	}
+	if p.Kind != "" {
+		q.Set("kind", p.Kind)
 	}
 	out := &RunPage{}
 	k := opListRuns.call()
@@ -199,6 +206,28 @@ func (c *Client) SetPriority(ctx context.Context, runID string, priority int) (*
 	}
 	out := &RunReply{}
 	k := c.ofOwner(opPriority.call(runID))
+	k.body = body
+	return out, c.do(ctx, k, out)
+}
+
+// Release ends a hold: a RUNNING one SUCCEEDED, its nodes freed for the queue; a QUEUED one
+// CANCELLED. A hold that ended is an *Error with Code run_not_live and the Run as it ended; a
+// run of another kind is 409 not_a_hold.
+func (c *Client) Release(ctx context.Context, runID string) (*RunReply, error) {
+	out := &RunReply{}
+	return out, c.do(ctx, c.ofOwner(opRelease.call(runID)), out)
+}
+
+// Extend gives a hold seconds more: a RUNNING hold's end moves later (to at most the
+// deployment's MAX_HOLD_SECONDS from now), a QUEUED hold's length grows (up to that maximum).
+// Errors as Release's.
+func (c *Client) Extend(ctx context.Context, runID string, seconds int) (*RunReply, error) {
+	body, err := json.Marshal(map[string]int{"seconds": seconds})
+	if err != nil {
+		return nil, err
+	}
+	out := &RunReply{}
+	k := c.ofOwner(opExtend.call(runID))
 	k.body = body
 	return out, c.do(ctx, k, out)
 }

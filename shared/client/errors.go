@@ -21,6 +21,7 @@ const (
 	CodeNotRunnable          = "not_runnable"
 	CodeResultConflict       = "result_conflict"
 	CodeRunNotLive           = "run_not_live"
+	CodeNotAHold             = "not_a_hold"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeInternal             = "internal"

@@ -22,8 +22,9 @@ type Reply struct {
 // Run is a run as clients see it.
 type Run struct {
 	RunID string `json:"run_id"`
-	// Kind is what the run is for: KindRun (submitted by a client) or KindHealthCheck (a
-	// health check Mediator placed on one node).
+	// Kind is what the run is for: KindRun (submitted by a client), KindHold (a person's
+	// reservation of nodes, with no steps) or KindHealthCheck (a health check Mediator placed
+	// on one node).
 	Kind                string            `json:"kind"`
 	State               string            `json:"state"`
 	Reason              *string           `json:"reason"`
@@ -48,13 +49,21 @@ type Run struct {
 	// (what its nodes and events name it by).
 	Owner string `json:"owner,omitempty"`
 	Key   string `json:"key,omitempty"`
+	// HoldSeconds and HoldEndsAt are a hold's, nil for other kinds: how long it holds its
+	// nodes, and, once placed, until when (a release or the time running out ends it).
+	HoldSeconds *int       `json:"hold_seconds,omitempty"`
+	HoldEndsAt  *time.Time `json:"hold_ends_at,omitempty"`
 }
 
 // Kinds of run.
 const (
 	KindRun         = "run"
 	KindHealthCheck = "health_check"
+	KindHold        = "hold"
 )
+
+// Hold reports whether the run is a hold.
+func (r Run) Hold() bool { return r.Kind == KindHold }
 
 // ReasonText is the run's reason, or "".
 func (r Run) ReasonText() string {
@@ -115,15 +124,19 @@ type Unmet struct {
 }
 
 // RunRequest is a submission (POST /v1/runs). Give Needs (one role, named "main") or Roles.
+// A hold gives HoldSeconds and no Steps: it holds its nodes for a person's interactive work
+// until released or the time is up (a role may name one node by the label node_id=<id>).
 type RunRequest struct {
-	RunID               string                 `json:"run_id"`
-	Needs               []string               `json:"needs,omitzero"`
-	Roles               map[string]RoleRequest `json:"roles,omitzero"`
-	Steps               []StepRequest          `json:"steps"`
-	MaxAttempts         int                    `json:"max_attempts,omitzero"`
-	TimeoutSeconds      int                    `json:"timeout_seconds,omitzero"`
-	QueueTimeoutSeconds int                    `json:"queue_timeout_seconds,omitzero"`
-	WaitForCapacity     bool                   `json:"wait_for_capacity,omitzero"`
+	RunID string                 `json:"run_id"`
+	Needs []string               `json:"needs,omitzero"`
+	Roles map[string]RoleRequest `json:"roles,omitzero"`
+	// Steps are left out when nil: a hold has none, and says so by sending none.
+	Steps               []StepRequest `json:"steps,omitzero"`
+	HoldSeconds         *int          `json:"hold_seconds,omitempty"`
+	MaxAttempts         int           `json:"max_attempts,omitzero"`
+	TimeoutSeconds      int           `json:"timeout_seconds,omitzero"`
+	QueueTimeoutSeconds int           `json:"queue_timeout_seconds,omitzero"`
+	WaitForCapacity     bool          `json:"wait_for_capacity,omitzero"`
 	// Priority is 0 to 100, higher first; nil is the API's default (50). Clients may ask
 	// up to the deployment's MAX_CLIENT_PRIORITY, admins up to 100.
 	Priority *int `json:"priority,omitempty"`
@@ -180,7 +193,7 @@ type RunDetail struct {
 	History []Event `json:"history"`
 }
 
-// RunReply is a run as a change left it (POST /v1/runs/{run_id}/priority).
+// RunReply is a run as a change left it (POST /v1/runs/{run_id}/priority, /release, /extend).
 type RunReply struct {
 	Reply `json:"-"`
 	Run   Run `json:"run"`
@@ -193,6 +206,7 @@ type ListRunsParams struct {
 	After string // the cursor of the page before (RunPage.Next)
 	// Priority, when set, lists only runs of that priority.
 	Priority *int
+	Kind     string // KindRun, KindHealthCheck or KindHold; "" for every kind
 }
 
 // RunPage is one page of runs, newest first; Next is the cursor of the next page, nil at the end.

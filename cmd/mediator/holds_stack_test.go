@@ -1,0 +1,89 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"mediator/shared/client"
+	"mediator/shared/wire"
+)
+
+// A hold from the command line, against the real handlers and a real agent: placed, it keeps
+// its node from a run that then queues; it is listed, extended and released, and the run that
+// waited is served; a hold no node could serve is refused.
+func TestAHoldFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	n := startAgent(t, base, "hx-1", agentOpts{labels: []string{"kind=hx"}})
+	n.waitFor("heartbeating")
+
+	expect(t, mediator(t, base, "", "hold", "--needs", "kind=hx", "--for", "1h", "--id", "desk", "--wait"), 0,
+		"hold desk: RUNNING until", "(in 1h)", "main → hx-1")
+	held := getRun(t, base, "desk").Run
+	if held.Kind != client.KindHold || held.HoldSeconds == nil || *held.HoldSeconds != 3600 || held.HoldEndsAt == nil {
+		t.Fatalf("the hold as the API has it: %+v", held)
+	}
+	run := client.RunRequest{RunID: "after-hold", Needs: []string{"kind=hx"}, Steps: []client.StepRequest{{ID: "s", Spec: spec("cmd", "echo ran")}}}
+	if s := submit(t, base, run); !s.Queued() {
+		t.Fatalf("a run on a held node: %d, want 202", s.Status)
+	}
+	expect(t, mediator(t, base, "", "holds"), 0, "RUN", "UNTIL", "desk", "RUNNING", "main=hx-1")
+	expect(t, mediator(t, base, "", "runs", "--kind", "hold"), 0, "desk", "hold")
+	expect(t, mediator(t, base, "", "run", "desk"), 0, "run desk (hold): RUNNING", "hold of 1h · until")
+
+	expect(t, mediator(t, base, "", "extend", "desk", "30m"), 0, "hold desk: RUNNING until")
+	extended := getRun(t, base, "desk").Run
+	if moved := extended.HoldEndsAt.Sub(*held.HoldEndsAt); moved < 30*time.Minute-time.Second || moved > 30*time.Minute+time.Second {
+		t.Fatalf("extend 30m moved the end by %s", moved)
+	}
+
+	expect(t, mediator(t, base, "", "release", "desk"), 0, "hold desk: SUCCEEDED")
+	n.waitFor("step reported", "run", "after-hold", "status", "succeeded")
+	expect(t, mediator(t, base, "", "holds"), 0, "no holds")
+	expect(t, mediator(t, base, "", "release", "desk"), 3, "409", "run_not_live")
+	expect(t, mediator(t, base, "", "extend", "desk", "1m"), 3, "409", "run_not_live")
+	expect(t, mediator(t, base, "", "release", "after-hold"), 3, "409", "not_a_hold")
+	expect(t, mediator(t, base, "", "release", "no-such-hold"), 3, "404")
+
+	expect(t, mediator(t, base, "", "hold", "--needs", "nothing=here", "--for", "1h", "--wait"), 1,
+		"run_id ", "refused (422)", "role main needs nothing=here")
+}
+
+// A hold on a node another hold has queues; mediator hold --wait waits until it is placed,
+// and says until when, once the first is released. Extending it while it waits lengthens it.
+func TestAQueuedHoldWaitsForItsNode(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	n := startAgent(t, base, "hy-1", agentOpts{labels: []string{"kind=hy"}})
+	n.waitFor("heartbeating")
+	expect(t, mediator(t, base, "", "hold", "--node", "hy-1", "--for", "1h", "--id", "first"), 0, "hold first: RUNNING until", "main → hy-1")
+
+	wait := start(t, base, "hold", "--node", "hy-1", "--for", "10m", "--id", "second", "--wait")
+	c := api(t, base, "dev-client")
+	deadline := time.Now().Add(patience)
+	for { // until the background hold has queued
+		d, err := c.GetRun(context.Background(), "second")
+		if err == nil && d.Run.State == wire.Queued {
+			break
+		}
+		if !client.HasCode(err, client.CodeNotFound) && err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second hold never queued")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	expect(t, mediator(t, base, "", "holds"), 0, "first", "RUNNING", "second", "QUEUED", "queued · 0 ahead in the queue · for 10m")
+	expect(t, mediator(t, base, "", "extend", "second", "5m"), 0, "hold second: QUEUED at queue position 0, for 15m once placed")
+	expect(t, mediator(t, base, "", "release", "first"), 0, "hold first: SUCCEEDED")
+	expect(t, wait(), 0, "hold second: QUEUED", "hold second: RUNNING until", "main → hy-1")
+	if r := getRun(t, base, "second").Run; r.HoldSeconds == nil || *r.HoldSeconds != 900 || r.HoldEndsAt == nil || r.StartedAt == nil ||
+		r.HoldEndsAt.Sub(*r.StartedAt).Round(time.Second) != 15*time.Minute {
+		t.Fatalf("the second hold, extended while queued: %+v", r)
+	}
+	expect(t, mediator(t, base, "", "release", "second"), 0, "hold second: SUCCEEDED")
+}
