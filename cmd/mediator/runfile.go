@@ -70,19 +70,25 @@ func loadRun(data []byte, flagID string, newID func() string) (runFile, error) {
 // withPriority sets the run's priority from --priority; a file that names another is refused,
 // as a --run-id that differs from the file's is.
 func withPriority(f runFile, priority int) (runFile, error) {
+	return withNumber(f, "priority", "--priority", priority)
+}
+
+// withNumber is f with key set to n from flag, unless the file gives the same; a file that
+// gives another is an error.
+func withNumber(f runFile, key, flag string, n int) (runFile, error) {
 	dec := json.NewDecoder(bytes.NewReader(f.body))
 	dec.UseNumber()
 	var obj map[string]any
 	if err := dec.Decode(&obj); err != nil {
 		return f, err
 	}
-	if v, present := obj["priority"]; present && v != nil {
-		if n, ok := v.(json.Number); !ok || n.String() != strconv.Itoa(priority) {
-			return f, fmt.Errorf("--priority %d differs from the file's priority %v", priority, v)
+	if v, present := obj[key]; present && v != nil {
+		if got, ok := v.(json.Number); !ok || got.String() != strconv.Itoa(n) {
+			return f, fmt.Errorf("%s %d differs from the file's %s %v", flag, n, key, v)
 		}
 		return f, nil
 	}
-	obj["priority"] = priority
+	obj[key] = n
 	body, err := json.Marshal(obj)
 	f.body = body
 	return f, err

@@ -230,6 +230,12 @@ func (a *app) printRun(d *client.RunDetail, owner string) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	if r.DebugHold != nil {
+		fmt.Fprintf(w, "  its failed boards are kept in hold %s (mediator holds; mediator release %s)\n", visible(*r.DebugHold), visible(*r.DebugHold))
+	}
+	if r.DebugOf != nil {
+		fmt.Fprintf(w, "  keeps the failed boards of run %s for a post-mortem\n", visible(*r.DebugOf))
+	}
 	if r.Owner != "" {
 		fmt.Fprintf(w, "  owner %s · key %s\n", visible(r.Owner), visible(r.Key))
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 func submitCommand(a *app) *cobra.Command {
-	var file, runID string
+	var file, runID, keep string
 	var dry, wait, logs bool
 	var priority int
 	cmd := &cobra.Command{
@@ -51,6 +51,8 @@ On a terminal it keeps one status line up to date. Otherwise (a CI log, a pipe) 
 line per change, in the order they happened however far apart its reads of the run: each
 event of the run's history (promoted, cancel_requested, released, ...), each step's end, a
 new queue position, and last the run's final status.
+--keep-on-failure 30m keeps the boards of failed steps: when the run fails, their nodes pass
+to a hold of yours for that long (mediator holds; mediator release ID), taken by no other run.
 --logs prints the steps' logs instead as they run (as mediator logs --follow does: a header
 whenever the step whose output follows changes), then how the run ended.
 
@@ -76,7 +78,14 @@ whenever the step whose output follows changes), then how the run ended.
 				}
 				prio = &priority
 			}
-			return a.submit(cmd.Context(), file, runID, prio, dry, wait, logs)
+			keepFor := 0
+			if keep != "" {
+				var err error
+				if keepFor, err = holdSeconds("--keep-on-failure", keep); err != nil {
+					return usage(err)
+				}
+			}
+			return a.submit(cmd.Context(), file, runID, prio, keepFor, dry, wait, logs)
 		},
 	}
 	f := cmd.Flags()
@@ -86,10 +95,11 @@ whenever the step whose output follows changes), then how the run ended.
 	f.BoolVar(&dry, "dry-run", false, "only say whether the run could be placed now; store nothing")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; the exit code says how")
 	f.BoolVar(&logs, "logs", false, "with --wait: print the steps' logs as they run")
+	f.StringVar(&keep, "keep-on-failure", "", "keep the boards of failed steps this long in a hold of yours (30m, 2h) for a post-mortem")
 	return cmd
 }
 
-func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry, wait, logs bool) error {
+func (a *app) submit(ctx context.Context, file, runID string, priority *int, keepFor int, dry, wait, logs bool) error {
 	data, err := a.readFile(file)
 	if err != nil {
 		return usage(err)
@@ -97,6 +107,9 @@ func (a *app) submit(ctx context.Context, file, runID string, priority *int, dry
 	run, err := loadRun(data, runID, func() string { return uuid.Must(uuid.NewV7()).String() })
 	if err == nil && priority != nil {
 		run, err = withPriority(run, *priority)
+	}
+	if err == nil && keepFor > 0 {
+		run, err = withNumber(run, "keep_on_failure_seconds", "--keep-on-failure", keepFor)
 	}
 	if err != nil {
 		return usage(fmt.Errorf("%s: %w", fileName(file), err))

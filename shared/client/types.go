@@ -53,6 +53,11 @@ type Run struct {
 	// nodes, and, once placed, until when (a release or the time running out ends it).
 	HoldSeconds *int       `json:"hold_seconds,omitempty"`
 	HoldEndsAt  *time.Time `json:"hold_ends_at,omitempty"`
+	// KeepOnFailureSeconds: the run keeps the boards of its failed steps this long in a hold,
+	// named DebugHold once it settled FAILED step_failed; on that hold, DebugOf names the run.
+	KeepOnFailureSeconds *int    `json:"keep_on_failure_seconds,omitempty"`
+	DebugHold            *string `json:"debug_hold,omitempty"`
+	DebugOf              *string `json:"debug_of,omitempty"`
 }
 
 // Kinds of run.
@@ -131,12 +136,14 @@ type RunRequest struct {
 	Needs []string               `json:"needs,omitzero"`
 	Roles map[string]RoleRequest `json:"roles,omitzero"`
 	// Steps are left out when nil: a hold has none, and says so by sending none.
-	Steps               []StepRequest `json:"steps,omitzero"`
-	HoldSeconds         *int          `json:"hold_seconds,omitempty"`
-	MaxAttempts         int           `json:"max_attempts,omitzero"`
-	TimeoutSeconds      int           `json:"timeout_seconds,omitzero"`
-	QueueTimeoutSeconds int           `json:"queue_timeout_seconds,omitzero"`
-	WaitForCapacity     bool          `json:"wait_for_capacity,omitzero"`
+	Steps       []StepRequest `json:"steps,omitzero"`
+	HoldSeconds *int          `json:"hold_seconds,omitempty"`
+	// KeepOnFailureSeconds keeps the boards of failed steps in a hold of the owner's this long.
+	KeepOnFailureSeconds *int `json:"keep_on_failure_seconds,omitempty"`
+	MaxAttempts          int  `json:"max_attempts,omitzero"`
+	TimeoutSeconds       int  `json:"timeout_seconds,omitzero"`
+	QueueTimeoutSeconds  int  `json:"queue_timeout_seconds,omitzero"`
+	WaitForCapacity      bool `json:"wait_for_capacity,omitzero"`
 	// Priority is 0 to 100, higher first; nil is the API's default (50). Clients may ask
 	// up to the deployment's MAX_CLIENT_PRIORITY, admins up to 100.
 	Priority *int `json:"priority,omitempty"`

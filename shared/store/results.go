@@ -3,8 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"mediator/shared/wire"
 	"math/rand/v2"
+	"mediator/shared/wire"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
