@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -86,4 +88,33 @@ func TestAQueuedHoldWaitsForItsNode(t *testing.T) {
 		t.Fatalf("the second hold, extended while queued: %+v", r)
 	}
 	expect(t, mediator(t, base, "", "release", "second"), 0, "hold second: SUCCEEDED")
+}
+
+// A run that keeps its failed boards: the step fails on the real agent, which keeps the step's
+// directory — what the step left in its work dir included — while the debug hold lasts, says
+// where in its log, and removes it once the hold is released.
+func TestAFailedStepsDirectoryIsKeptWithItsBoard(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	work := t.TempDir()
+	n := startAgent(t, base, "kf-1", agentOpts{labels: []string{"kind=kf"}, work: work})
+	n.waitFor("heartbeating")
+	keep := 600
+	submit(t, base, client.RunRequest{RunID: "kf", Needs: []string{"kind=kf"}, KeepOnFailureSeconds: &keep,
+		Steps: []client.StepRequest{{ID: "flash", Spec: spec("cmd", "echo the board said no > evidence.txt; exit 1")}}})
+	n.waitFor("step reported", "run", "kf", "status", "failed")
+	said := n.waitFor("the failed step's directory is kept for the debug hold", "run", "kf")
+	dir, _ := said["dir"].(string)
+	hold, _ := said["hold"].(string)
+	if got, err := os.ReadFile(filepath.Join(dir, "work", "evidence.txt")); err != nil || string(got) != "the board said no\n" {
+		t.Fatalf("the kept directory %s: %q, %v", dir, got, err)
+	}
+	if r := getRun(t, base, "kf").Run; r.DebugHold == nil || *r.DebugHold != hold {
+		t.Fatalf("the failed run names its debug hold %v, the agent %q", r.DebugHold, hold)
+	}
+	expect(t, mediator(t, base, "", "release", hold), 0, "SUCCEEDED")
+	n.waitFor("a kept step directory removed: its debug hold ended", "dir", dir)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the kept directory is still there after the hold ended: %v", err)
+	}
 }

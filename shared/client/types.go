@@ -352,6 +352,8 @@ type HeldLease struct {
 	RunID     string    `json:"run_id"`
 	Epoch     int64     `json:"epoch"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// DebugOf: the lease is a debug hold's, of this run's key (heartbeat answers only).
+	DebugOf *string `json:"debug_of,omitempty"`
 }
 
 // NodeStep is a step a node holds, with what it may do about it and what it needs to run.
@@ -364,6 +366,9 @@ type NodeStep struct {
 	State    string          `json:"state"`
 	Runnable bool            `json:"runnable"`
 	Cancel   bool            `json:"cancel"`
+	// KeepOnFailure: the run keeps a failed step's board in a debug hold, and the agent its
+	// directory.
+	KeepOnFailure bool `json:"keep_on_failure"`
 	// Assigned is every role's node.
 	Assigned map[string]string `json:"assigned"`
 	// Inputs are the outputs of each step it waits for, by step ({} for one that gave none).

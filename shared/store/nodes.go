@@ -39,6 +39,9 @@ type HeldLease struct {
 	RunID     string    `json:"run_id"`
 	Epoch     int64     `json:"epoch"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// DebugOf: the lease is a debug hold's, of this run (by its key): the agent keeps that run's
+	// failed step directories while it holds the lease (heartbeat answers only).
+	DebugOf *string `json:"debug_of,omitempty"`
 }
 
 // NodeStep is a step the node holds, with what it may do about it (sql/rules.sql node_step).
@@ -51,6 +54,9 @@ type NodeStep struct {
 	State    string          `json:"state"`
 	Runnable bool            `json:"runnable"`
 	Cancel   bool            `json:"cancel"`
+	// KeepOnFailure: the run keeps a failed step's board in a debug hold; the agent keeps the
+	// step's directory with it.
+	KeepOnFailure bool `json:"keep_on_failure"`
 	// Assigned is the node of every role of the run that holds one.
 	Assigned map[string]string `json:"assigned"`
 	// Inputs are the outputs of the steps it waits for, by step ({} for one with none).
@@ -161,6 +167,7 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		runID     *string
 		epoch     *int64
 		expiresAt *time.Time
+		debugOf   *string
 		lastSeen  *time.Time
 		labels    []string
 		bootID    *string
@@ -170,7 +177,7 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 	)
 	if err := row.Scan(&restarted, &changed, &nodeID, &state, &labels, &bootID, &draining, &drainBy, &lastSeen,
 		&health.health, &health.reason, &health.failures, &health.since, &health.by, &health.due,
-		&runID, &epoch, &expiresAt, &res.Steps); err != nil {
+		&runID, &epoch, &expiresAt, &debugOf, &res.Steps); err != nil {
 		return res, false, err
 	}
 	if restarted {
@@ -185,7 +192,7 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 		DrainRequestedBy: drainBy, LastSeenAt: *lastSeen}
 	health.into(&res.Node)
 	if runID != nil {
-		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt}
+		res.Lease = &HeldLease{RunID: *runID, Epoch: *epoch, ExpiresAt: *expiresAt, DebugOf: debugOf}
 	}
 	// Capacity appeared only if the node is now available to the queue.
 	res.CapacityAppeared = changed && takesWork(res.Node)

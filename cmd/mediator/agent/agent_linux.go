@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,6 +35,10 @@ type Agent struct {
 	cgroups *cgroups // nil: steps are tracked by their process groups and the subreaper alone
 	out     *outputs
 	steps   string // the steps' own directories
+	// kept holds the directories of failed steps whose run keeps its boards for a post-mortem
+	// (keep_on_failure), each named <run>+<step>+<attempt>: kept while the node holds the run
+	// or its debug hold, across a restart (a person rebooting the board), removed after.
+	kept    string
 	environ []string
 	events  chan any
 	logs    attemptLogs // the step logs of the attempts run here
@@ -42,6 +47,7 @@ type Agent struct {
 	oldAPI atomic.Bool
 
 	// The rest is the loop's alone.
+	keptSaid map[string]string // kept directory → the debug hold whose log line named it
 	labels   []string
 	lease    *lease
 	runners  map[string]*runner // by run/step
@@ -166,7 +172,7 @@ func start(cfg Config) (*Agent, int) {
 		return fail("the labels", err)
 	}
 	dirs := map[string]string{}
-	for _, d := range []string{"pgroups", "cgroups", "steps", "output"} {
+	for _, d := range []string{"pgroups", "cgroups", "steps", "output", "kept"} {
 		dirs[d] = filepath.Join(cfg.WorkDir, d)
 		if err := os.MkdirAll(dirs[d], 0o750); err != nil {
 			return fail("the work dir", err)
@@ -181,8 +187,8 @@ func start(cfg Config) (*Agent, int) {
 		return fail("a boot id", err)
 	}
 	a := &Agent{
-		cfg: cfg, api: cfg.API, boot: id.String(), lock: lock, steps: dirs["steps"], environ: os.Environ(),
-		events: make(chan any, 16), labels: labels, runners: map[string]*runner{}, done: map[string]uint64{},
+		cfg: cfg, api: cfg.API, boot: id.String(), lock: lock, steps: dirs["steps"], kept: dirs["kept"], environ: os.Environ(),
+		events: make(chan any, 16), labels: labels, keptSaid: map[string]string{}, runners: map[string]*runner{}, done: map[string]uint64{},
 		exit: -1,
 	}
 	a.log = log.With("boot", a.boot)
@@ -420,6 +426,7 @@ func (a *Agent) heartbeatDone(d heartbeatDone) {
 	a.log.Debug("heartbeat answered", "lease", hb.Lease, "steps", len(hb.Steps), "draining", hb.Node.Draining)
 	a.noteDrain(hb.Node)
 	a.noteHealth(hb.Node)
+	a.tidyKept(hb.Lease)
 	a.reconcile(d)
 	next := a.interval - time.Since(d.start)
 	if a.hb.again {
@@ -763,5 +770,32 @@ func (a *Agent) checkExit() {
 		}
 	case cancelling:
 		a.exit = ExitInterrupted
+	}
+}
+
+// tidyKept removes the kept step directories of runs the node no longer holds — neither the
+// run itself nor its debug hold — and says where the kept ones are once a debug hold holds them.
+func (a *Agent) tidyKept(l *client.HeldLease) {
+	entries, err := os.ReadDir(a.kept)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		run, _, _ := strings.Cut(e.Name(), "+")
+		dir := filepath.Join(a.kept, e.Name())
+		switch {
+		case l != nil && l.DebugOf != nil && *l.DebugOf == run:
+			if a.keptSaid[dir] != l.RunID {
+				a.log.Info("the failed step's directory is kept for the debug hold", "dir", dir, "hold", l.RunID, "run", run)
+				a.keptSaid[dir] = l.RunID
+			}
+		case l != nil && l.RunID == run:
+			// The run still holds the node: its settle passes it to the hold.
+		default:
+			if err := os.RemoveAll(dir); err == nil {
+				a.log.Info("a kept step directory removed: its debug hold ended", "dir", dir)
+			}
+			delete(a.keptSaid, dir)
+		}
 	}
 }

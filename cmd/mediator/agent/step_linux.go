@@ -193,7 +193,7 @@ func (r *runner) before() result {
 }
 
 // execute runs the step's process to its end and says what to report.
-func (r *runner) execute(spec Spec) result {
+func (r *runner) execute(spec Spec) (res result) {
 	a, st := r.a, r.step
 	// What stops a step from starting is the machine's failing — its disk, its programs, its
 	// directories, its processes — unless the step's own names say otherwise (notOurs).
@@ -210,7 +210,15 @@ func (r *runner) execute(spec Spec) result {
 	if err := os.MkdirAll(own, 0o750); err != nil {
 		return failed("the step's directory: %v", err)
 	}
-	defer os.RemoveAll(own)
+	defer func() {
+		if res.status == wire.ReportFailed && st.KeepOnFailure {
+			// The run keeps its failed boards: the directory stays with them (tidyKept).
+			if err := os.Rename(own, filepath.Join(a.kept, name)); err == nil {
+				return
+			}
+		}
+		_ = os.RemoveAll(own)
+	}()
 	outputsPath, inputsPath := filepath.Join(own, "outputs"), filepath.Join(own, "inputs.json")
 	inputs := st.Inputs
 	if inputs == nil {
@@ -280,7 +288,7 @@ func (r *runner) execute(spec Spec) result {
 		r.log.Warn("waiting for the step's process", "error", err.Error())
 	}
 	end, cut, _ := tailBytes(out, from, wire.MaxOutputBytes)
-	res := result{exitCode: code, output: Text(end, wire.MaxOutputBytes, cut)}
+	res = result{exitCode: code, output: Text(end, wire.MaxOutputBytes, cut)}
 	var why []string // said before the output's last lines
 	var attrs []any
 	if code != nil {

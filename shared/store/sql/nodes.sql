@@ -81,6 +81,8 @@ SELECT
     node.node_id, {{node_state node lease}}, node.labels, node.boot_id, {{drained node}}, node.drain_requested_by,
     node.last_seen_at, {{node_health node}},
     lease.run_id, lease.epoch, lease.expires_at,
+    -- A debug hold's run: its agent keeps that run's failed step directories while it lasts.
+    (SELECT d.debug_of FROM runs d WHERE d.run_id = lease.run_id),
     {{lease_steps lease}}
 FROM (SELECT 1) one
 LEFT JOIN node ON true

@@ -103,6 +103,7 @@ array_to_string(ro.needs, ',')
 -- steps it waits for, keyed by step.
 json_build_object('run_id', s.run_id, 'step_id', s.step_id, 'role', s.role, 'attempt', r.attempt,
     'spec', s.spec, 'state', s.state, 'runnable', {{runnable s r}}, 'cancel', r.cancel_requested_at IS NOT NULL,
+    'keep_on_failure', r.keep_on_failure_seconds IS NOT NULL,
     'assigned', (SELECT coalesce(json_object_agg(ro.role, ro.node_id ORDER BY ro.ordinal), '{}')
                  FROM run_roles ro WHERE ro.run_id = s.run_id AND ro.node_id <> ''),
     'inputs', (SELECT coalesce(json_object_agg(d.step_id, coalesce(d.outputs, '{}') ORDER BY d.ordinal), '{}')
