@@ -4,8 +4,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,5 +118,37 @@ func TestAFailedStepsDirectoryIsKeptWithItsBoard(t *testing.T) {
 	n.waitFor("a kept step directory removed: its debug hold ended", "dir", dir)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the kept directory is still there after the hold ended: %v", err)
+	}
+}
+
+// A held board's agent is killed and started again, as a person rebooting the board would: the
+// hold goes on under the new boot (a new epoch), the board stays held and its agents ran
+// nothing; once released, the queued run is the next agent's.
+func TestAHoldOutlivesItsAgentsRestart(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	work := t.TempDir()
+	first := startAgent(t, base, "hr-1", agentOpts{labels: []string{"kind=hr"}, work: work})
+	first.waitFor("heartbeating")
+	expect(t, mediator(t, base, "", "hold", "--needs", "kind=hr", "--for", "1h", "--id", "hr", "--wait"), 0, "hr-1")
+	before := first.waitFor("lease taken", "run", "hr")
+	submit(t, base, client.RunRequest{RunID: "after-hr", Needs: []string{"kind=hr"}, Steps: []client.StepRequest{{ID: "s", Spec: spec("cmd", "echo ran")}}})
+	first.signal(syscall.SIGKILL)
+	first.wait()
+	second := startAgent(t, base, "hr-1", agentOpts{labels: []string{"kind=hr"}, work: work})
+	after := second.waitFor("lease taken", "run", "hr")
+	if fmt.Sprint(after["epoch"]) == fmt.Sprint(before["epoch"]) {
+		t.Fatalf("the hold's lease under the new boot kept epoch %v", after["epoch"])
+	}
+	if r := getRun(t, base, "hr").Run; r.State != wire.Running {
+		t.Fatalf("the hold after its board's restart: %s", r.State)
+	}
+	if r := getRun(t, base, "after-hr").Run; r.State != wire.Queued {
+		t.Fatalf("the queued run after the held board's restart: %s", r.State)
+	}
+	expect(t, mediator(t, base, "", "release", "hr"), 0, "SUCCEEDED")
+	second.waitFor("step reported", "run", "after-hr", "status", "succeeded")
+	if first.index("step started") >= 0 || second.index("step started") < second.index("lease taken", "run", "after-hr") {
+		t.Fatal("an agent ran a step while the board was held")
 	}
 }
