@@ -228,3 +228,23 @@ func TestACancelledCheckOpensTheNode(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A check that passes on a node an admin quarantined while it ran leaves the admin's
+// quarantine as it was: only an admin lifts it.
+func TestAPassingCheckLiftsNoQuarantineMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	registerCheck(env, "usb", nil, "board")
+	env.Beat("A", "b1", false, "board")
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "hub swapped"}))
+	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
+	check := dueCheck(env, "A")
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "the hub again"}))
+	env.Finish("A", "b1", check, wire.ReportSucceeded)
+	n := nodeView(env, "A")
+	if n.Health != wire.HealthQuarantined || n.QuarantinedBy == nil || *n.QuarantinedBy != "admin:ops" ||
+		*n.HealthReason != "the hub again" || n.HealthCheckDue {
+		t.Fatalf("after the check passed under an admin's quarantine: %+v", n)
+	}
+	env.CheckInvariants()
+}

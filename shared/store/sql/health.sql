@@ -266,11 +266,11 @@ WITH wanted AS (
 -- name: finish_checks
 -- Applies the outcome of each check run that ended on a node still reserved for it (@nodes, or
 -- @all), and opens the node: SUCCEEDED, healthy with its count reset; FAILED (its steps, its
--- lease, its time), quarantined by the system with the check's failure as the reason, unless
--- it is quarantined already; CANCELLED (an admin's cancel), as it was. Only the node's row is
--- written: the run has ended and nothing changes it. It answers the nodes whose health it moved
--- (their events are the caller's to publish), and those it opened that take work now, for the
--- caller's wake.
+-- lease, its time), quarantined by the system with the check's failure as the reason;
+-- CANCELLED (an admin's cancel), as it was. A node quarantined meanwhile stays as it is. Only
+-- the node's row is written: the run has ended and nothing changes it. It answers the nodes whose
+-- health it moved (their events are the caller's to publish), and those it opened that take work
+-- now, for the caller's wake.
 /* health: finish checks */
 WITH o AS (
     SELECT n.node_id, n.health, r.state, r.check_name,
@@ -282,18 +282,22 @@ WITH o AS (
       AND r.state IN ({{FINAL_RUN_STATES}})
     FOR NO KEY UPDATE OF n SKIP LOCKED
 ), moved AS (
+    -- A quarantine made meanwhile (the node's own, an admin's) is its maker's to lift: a pass
+    -- leaves it, and a failure keeps who made it and why.
     UPDATE nodes n SET check_run_id = NULL,
-        health = CASE WHEN o.state = {{SUCCEEDED}} THEN {{HEALTHY}}
+        health = CASE WHEN n.health = {{QUARANTINED}} THEN n.health
+                      WHEN o.state = {{SUCCEEDED}} THEN {{HEALTHY}}
                       WHEN o.state = {{FAILED}} THEN {{QUARANTINED}} ELSE n.health END,
-        infra_failures = CASE WHEN o.state = {{SUCCEEDED}} THEN 0 ELSE n.infra_failures END,
-        quarantined_by = CASE WHEN o.state = {{SUCCEEDED}} THEN NULL
-                              WHEN o.state = {{FAILED}} THEN coalesce(n.quarantined_by, {{by_system}}) ELSE n.quarantined_by END,
-        health_reason = CASE WHEN o.state = {{SUCCEEDED}} THEN NULL
-                             WHEN o.state = {{FAILED}} AND n.health <> {{QUARANTINED}}
-                             THEN left(format('health check %s failed: %s', o.check_name, o.failure), 1024)
+        infra_failures = CASE WHEN o.state = {{SUCCEEDED}} AND n.health <> {{QUARANTINED}} THEN 0 ELSE n.infra_failures END,
+        quarantined_by = CASE WHEN n.health = {{QUARANTINED}} THEN n.quarantined_by
+                              WHEN o.state = {{FAILED}} THEN {{by_system}} END,
+        health_reason = CASE WHEN n.health = {{QUARANTINED}} THEN n.health_reason
+                             WHEN o.state = {{SUCCEEDED}} THEN NULL
+                             WHEN o.state = {{FAILED}} THEN left(format('health check %s failed: %s', o.check_name, o.failure), 1024)
                              ELSE n.health_reason END,
-        health_since = CASE WHEN (o.state = {{SUCCEEDED}} AND n.health <> {{HEALTHY}})
-                              OR (o.state = {{FAILED}} AND n.health <> {{QUARANTINED}}) THEN now() ELSE n.health_since END
+        health_since = CASE WHEN n.health = {{QUARANTINED}} THEN n.health_since
+                            WHEN (o.state = {{SUCCEEDED}} AND n.health <> {{HEALTHY}}) OR o.state = {{FAILED}} THEN now()
+                            ELSE n.health_since END
     FROM o WHERE n.node_id = o.node_id
     RETURNING n.*
 ), health_changes AS (

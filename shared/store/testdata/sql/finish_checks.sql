@@ -10,17 +10,19 @@ WITH o AS (
     FOR NO KEY UPDATE OF n SKIP LOCKED
 ), moved AS (
     UPDATE nodes n SET check_run_id = NULL,
-        health = CASE WHEN o.state = 'SUCCEEDED' THEN 'healthy'
+        health = CASE WHEN n.health = 'quarantined' THEN n.health
+                      WHEN o.state = 'SUCCEEDED' THEN 'healthy'
                       WHEN o.state = 'FAILED' THEN 'quarantined' ELSE n.health END,
-        infra_failures = CASE WHEN o.state = 'SUCCEEDED' THEN 0 ELSE n.infra_failures END,
-        quarantined_by = CASE WHEN o.state = 'SUCCEEDED' THEN NULL
-                              WHEN o.state = 'FAILED' THEN coalesce(n.quarantined_by, 'system') ELSE n.quarantined_by END,
-        health_reason = CASE WHEN o.state = 'SUCCEEDED' THEN NULL
-                             WHEN o.state = 'FAILED' AND n.health <> 'quarantined'
-                             THEN left(format('health check %s failed: %s', o.check_name, o.failure), 1024)
+        infra_failures = CASE WHEN o.state = 'SUCCEEDED' AND n.health <> 'quarantined' THEN 0 ELSE n.infra_failures END,
+        quarantined_by = CASE WHEN n.health = 'quarantined' THEN n.quarantined_by
+                              WHEN o.state = 'FAILED' THEN 'system' END,
+        health_reason = CASE WHEN n.health = 'quarantined' THEN n.health_reason
+                             WHEN o.state = 'SUCCEEDED' THEN NULL
+                             WHEN o.state = 'FAILED' THEN left(format('health check %s failed: %s', o.check_name, o.failure), 1024)
                              ELSE n.health_reason END,
-        health_since = CASE WHEN (o.state = 'SUCCEEDED' AND n.health <> 'healthy')
-                              OR (o.state = 'FAILED' AND n.health <> 'quarantined') THEN now() ELSE n.health_since END
+        health_since = CASE WHEN n.health = 'quarantined' THEN n.health_since
+                            WHEN (o.state = 'SUCCEEDED' AND n.health <> 'healthy') OR o.state = 'FAILED' THEN now()
+                            ELSE n.health_since END
     FROM o WHERE n.node_id = o.node_id
     RETURNING n.*
 ), health_changes AS (
