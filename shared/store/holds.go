@@ -19,6 +19,7 @@ var (
 	endReleasedStmt = stmt("end_released")
 	endHoldsDueStmt = stmt("end_holds_due")
 	extendHoldStmt  = stmt("extend_hold")
+	warnHoldsStmt   = stmt("warn_holds_ending")
 )
 
 // HoldResult is a hold after its owner's release or extend.
@@ -96,4 +97,23 @@ func (s *Store) reapHolds(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.HoldsEnded, sum, ending{
 		stmt: endHoldsDueStmt, from: wire.Running, state: wire.Succeeded, kind: "hold_expired",
 	})
+}
+
+// warnHolds writes the notice of each placed hold's end that is within HOLD_EXPIRING_LEAD_SECONDS
+// (event hold_expiring), once per end, a batch per statement. After reapHolds, so that a hold
+// whose time is already up is ended rather than warned of; it makes no room.
+func (s *Store) warnHolds(ctx context.Context, sum *ReapSummary) (bool, error) {
+	args := named{"lead": s.set.HoldExpiringLead.Seconds(), "batch": reapBatch}
+	for inTime(ctx) {
+		var n int
+		if err := warnHoldsStmt.queryRow(ctx, s.pool, args).Scan(&n); err != nil {
+			return false, err
+		}
+		sum.HoldsWarned += n
+		if n < reapBatch {
+			return false, nil
+		}
+	}
+	sum.Unfinished = true
+	return false, nil
 }

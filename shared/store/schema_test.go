@@ -143,6 +143,9 @@ func TestConstraintsHaveNames(t *testing.T) {
 			"steps_not_of_a_hold", store.ErrInvariant},
 		{"a run's end that is a hold's", `UPDATE runs SET hold_ends_at = now() WHERE run_id = 'r1'`,
 			"runs_hold_ends_only_for_holds", store.ErrInvariant},
+		// Hold notices (migration 0018).
+		{"a run warned of a hold's end", `UPDATE runs SET hold_warned_for = now() WHERE run_id = 'r1'`,
+			"runs_hold_warned_only_for_holds", store.ErrInvariant},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
