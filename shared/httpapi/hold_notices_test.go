@@ -38,7 +38,8 @@ func notices(env *apitest.Env, runs ...string) int {
 
 // A hold placed at its submit and one placed by a wake each write hold_placed, RUNNING to
 // RUNNING right after the event that placed them; each way a hold ends writes hold_ended, from
-// the state it ended in to the final one, naming why; ordinary runs write no notice.
+// the state it ended in to the final one, with the run's reason, right after the event that
+// ended it; ordinary runs write no notice.
 func TestAHoldsPlacementAndEndAreNotices(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
@@ -62,7 +63,7 @@ func TestAHoldsPlacementAndEndAreNotices(t *testing.T) {
 	if env.State("second") != wire.Running {
 		t.Fatalf("second is %s after the release", env.State("second"))
 	}
-	if n := noticeOf(env, "first", "hold_ended"); n != (notice{1, wire.Running, wire.Succeeded, "hold_released", 1, 4}) {
+	if n := noticeOf(env, "first", "hold_ended"); n != (notice{1, wire.Running, wire.Succeeded, "", 1, 4}) {
 		t.Fatalf("a released hold: %+v", n)
 	}
 	if n := noticeOf(env, "second", "hold_placed"); n != (notice{1, wire.Running, wire.Running, "", 1, 3}) {
@@ -83,7 +84,7 @@ func TestAHoldsPlacementAndEndAreNotices(t *testing.T) {
 	if sum := env.Reap(); sum.HoldsEnded != 1 {
 		t.Fatalf("the reap ended %d holds", sum.HoldsEnded)
 	}
-	if n := noticeOf(env, "timed", "hold_ended"); n.from != wire.Running || n.to != wire.Succeeded || n.why != "hold_expired" {
+	if n := noticeOf(env, "timed", "hold_ended"); n.from != wire.Running || n.to != wire.Succeeded || n.why != "" || history(env, "timed") != "submitted hold_placed hold_expired hold_ended" {
 		t.Fatalf("a hold whose time was up: %+v (history %s)", n, history(env, "timed"))
 	}
 	// A node lost.
@@ -95,6 +96,11 @@ func TestAHoldsPlacementAndEndAreNotices(t *testing.T) {
 	}
 	if got := history(env, "lost"); got != "submitted hold_placed node_lost hold_ended" {
 		t.Fatalf("the lost hold's history: %s", got)
+	}
+	for _, h := range []string{"first", "second", "queued", "timed", "lost"} {
+		if resp := env.Do(alice, "GET", "/v1/runs/"+h, nil); resp.Status != 200 { // its history, as the document says
+			t.Fatalf("GET %s: %s", h, resp)
+		}
 	}
 	// Ordinary runs: placed, queued and promoted, cancelled, lost.
 	env.Beat("A", "b1", false, "board")

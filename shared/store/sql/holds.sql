@@ -5,7 +5,9 @@
 -- hold_expiring (warn_holds_ending), hold_ended. Each is written by the statement that did what
 -- it tells, as one more row of that statement's INSERT into run_events, after the row of the
 -- change itself, so a consumer ordering by seq reads the change first; for a run of another
--- kind that second branch yields no row.
+-- kind that second branch yields no row. hold_ended carries the run's reason (none for a
+-- SUCCEEDED end): the event before it — hold_released, hold_expired, cancelled, node_lost, ...
+-- — says how the hold ended.
 
 -- fragment: hold_placed
 -- The notice of a hold placed, as the rest of its statement's INSERT (run_id, attempt, kind,

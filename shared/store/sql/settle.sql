@@ -23,12 +23,11 @@ run AS (
 ), freed AS (
     DELETE FROM leases l USING run WHERE l.run_id = run.run_id RETURNING l.node_id
 ), event AS (
-    -- A hold's end is its notice too (hold_ended, holds.sql), its reason why it ended: the
-    -- end's, or for a SUCCEEDED end the end's kind (hold_released, hold_expired).
+    -- A hold's end is its notice too (hold_ended, holds.sql).
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, attempt, @end_kind::text, @end_from::text, @end_state::text, @end_reason::text FROM run
     UNION ALL
-    SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, coalesce(@end_reason::text, @end_kind::text)
+    SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, @end_reason::text
     FROM run WHERE kind = {{KIND_HOLD}}
 )
 SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)
