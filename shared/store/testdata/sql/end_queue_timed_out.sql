@@ -19,7 +19,7 @@ WITH due AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, attempt, @end_kind::text, @end_from::text, @end_state::text, @end_reason::text FROM run
     UNION ALL
-    SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, coalesce(@end_reason::text, @end_kind::text)
+    SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, @end_reason::text
     FROM run WHERE kind = 'hold'
 )
 SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)
