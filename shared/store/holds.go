@@ -13,7 +13,9 @@ import (
 // placed, its nodes are leased until it ends: released by its owner (ReleaseHold), its time up
 // (the reaper, reapHolds), cancelled (Cancel), or a node lost (FAILED lease_expired). A node's
 // restart re-grants its lease under the new boot (loseLease). No step of it is ever final, so it
-// never settles, and partial release does not apply.
+// never settles, and partial release does not apply. What a person waits on is an event of its
+// own (holds.sql): hold_placed and hold_ended from the statements that place and end it,
+// hold_expiring from the reaper (warnHolds).
 
 var (
 	endReleasedStmt = stmt("end_released")

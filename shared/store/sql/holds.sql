@@ -17,7 +17,6 @@
 SELECT run_id, attempt, 'hold_placed', {{RUNNING}}, {{RUNNING}}, NULL FROM run
     WHERE state = {{RUNNING}} AND kind = {{KIND_HOLD}}
 
-
 -- name: end_released
 -- The owner releases a placed hold: SUCCEEDED, its nodes free, its event hold_released. The
 -- caller holds the run (lock_run) and wakes the queue after its commit.
