@@ -39,6 +39,9 @@ type Config struct {
 	QuarantineAfter int // NODE_QUARANTINE_AFTER
 	// MaxHoldSeconds is the longest a hold lasts, and the furthest from now an extend moves its end.
 	MaxHoldSeconds int // MAX_HOLD_SECONDS
+	// HoldExpiringLead is how long before a placed hold's end the reaper warns of it (event
+	// hold_expiring).
+	HoldExpiringLead time.Duration // HOLD_EXPIRING_LEAD_SECONDS
 	// Logs says where steps' logs are kept and how the agents upload them.
 	Logs Logs
 	// Auth says which callers are admins and nodes: the IAM roles (IAM_ADMIN_ROLE,
@@ -160,6 +163,10 @@ const (
 	DefaultIdleInTxTimeoutMS  = 10000
 )
 
+// DefaultHoldExpiringLeadSeconds is HOLD_EXPIRING_LEAD_SECONDS's default: ten minutes' notice,
+// time to extend or save one's work.
+const DefaultHoldExpiringLeadSeconds = 600
+
 // HeartbeatEvery is how often a node should heartbeat: three chances per lease.
 func (c Config) HeartbeatEvery() time.Duration { return c.LeaseTTL / 3 }
 
@@ -184,6 +191,7 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxClientPriority: r.integer("MAX_CLIENT_PRIORITY", 50, 0, 100),
 		QuarantineAfter:   r.integer("NODE_QUARANTINE_AFTER", 3, 1, 1000),
 		MaxHoldSeconds:    r.integer("MAX_HOLD_SECONDS", wire.DefaultMaxHoldSeconds, 60, wire.MaxHoldSecondsLimit),
+		HoldExpiringLead:  r.seconds("HOLD_EXPIRING_LEAD_SECONDS", DefaultHoldExpiringLeadSeconds, 60, 86400),
 		Logs: Logs{
 			Bucket:          r.matching("LOG_BUCKET", bucketPattern, "an S3 bucket name: 3 to 63 lower-case letters, digits, dots or hyphens"),
 			MaxBytesPerStep: r.bytes("LOG_MAX_BYTES_PER_STEP", 256<<20, minLogBytes, maxLogBytes),

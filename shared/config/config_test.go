@@ -31,7 +31,7 @@ func TestDefaultsAndDerivedValues(t *testing.T) {
 	}
 	if c.LeaseTTL != 60*time.Second || c.MaxRunWidth != 16 || c.MaxBodyBytes != 262144 ||
 		c.Starvation != 600*time.Second || c.NodeRetireAfter != 86400*time.Second || c.Database.MaxConns != 1 ||
-		c.Database.AppUser != config.DefaultAppUser || c.Database.AppSecretARN != "" {
+		c.Database.AppUser != config.DefaultAppUser || c.Database.AppSecretARN != "" || c.HoldExpiringLead != 600*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.Logs != (config.Logs{Bucket: "", MaxBytesPerStep: 256 << 20, TailBytes: 16 << 20, Flush: 2 * time.Second}) {
@@ -75,6 +75,8 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		// Longer than the cap it is the tail of.
 		"LOG_TAIL_BYTES":    {"LOG_TAIL_BYTES": "300000000"},
 		"LOG_FLUSH_SECONDS": {"LOG_FLUSH_SECONDS": "0.1"},
+		// Under a minute's notice is none a person could act on.
+		"HOLD_EXPIRING_LEAD_SECONDS": {"HOLD_EXPIRING_LEAD_SECONDS": "30"},
 	}
 	for name, kv := range cases {
 		kv["DATABASE_URL"] = "postgres://x/y"

@@ -68,7 +68,7 @@ func TestAHoldKeepsItsBoardUntilReleased(t *testing.T) {
 	if env.State("after") != wire.Running || leasedTo(env, "A") != "after" {
 		t.Fatalf("after the release: %s on %q", env.State("after"), leasedTo(env, "A"))
 	}
-	if got := history(env, "debug"); got != "submitted hold_released" {
+	if got := history(env, "debug"); got != "submitted hold_placed hold_released hold_ended" {
 		t.Fatalf("the hold's history: %s", got)
 	}
 	if resp := env.Do(alice, "POST", "/v1/runs/debug/release", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), `"run_not_live"`) {
@@ -96,7 +96,7 @@ func TestAHoldEndsWhenItsTimeIsUp(t *testing.T) {
 	if sum := env.Reap(); sum.HoldsEnded != 1 || env.State("debug") != wire.Succeeded || env.State("after") != wire.Running {
 		t.Fatalf("a reap past the end: %d ended; debug %s, after %s", sum.HoldsEnded, env.State("debug"), env.State("after"))
 	}
-	if got := history(env, "debug"); got != "submitted hold_expired" {
+	if got := history(env, "debug"); got != "submitted hold_placed hold_expiring hold_expired hold_ended" {
 		t.Fatalf("the hold's history: %s", got)
 	}
 	env.CheckInvariants()
@@ -315,6 +315,9 @@ func TestAFailedRunKeepsItsBoardForAPostMortem(t *testing.T) {
 	}
 	if leasedTo(env, "D") != hold {
 		t.Fatalf("D is leased to %q, not the debug hold", leasedTo(env, "D"))
+	}
+	if got := history(env, hold); got != "submitted hold_placed" {
+		t.Fatalf("the debug hold's history: %s", got)
 	}
 	// D's history: the failed run's lease, then the hold's, nothing between.
 	var lines string

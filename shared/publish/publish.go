@@ -49,7 +49,8 @@ type Detail struct {
 	Seq      int64             `json:"seq"`
 	RunID    string            `json:"run_id"` // as its owner named it
 	Owner    string            `json:"owner"`
-	RunKey   string            `json:"run_key"` // unique across owners
+	RunKey   string            `json:"run_key"`  // unique across owners
+	RunKind  string            `json:"run_kind"` // run, health_check or hold: what a rule matches holds by
 	Kind     string            `json:"kind"`
 	From     *string           `json:"from"`
 	To       string            `json:"to"`
@@ -199,7 +200,7 @@ func (p *Publisher) runEntries(events []store.OutboundEvent) ([]outgoing, error)
 	out := make([]outgoing, len(events))
 	for i, e := range events {
 		detail, err := json.Marshal(Detail{EventID: e.EventID, Seq: e.Seq, RunID: e.RunID, Owner: e.Owner, RunKey: e.RunKey,
-			Kind: e.Kind, From: e.From, To: e.To, Reason: e.Reason, Attempt: e.Attempt, At: e.At,
+			RunKind: e.RunKind, Kind: e.Kind, From: e.From, To: e.To, Reason: e.Reason, Attempt: e.Attempt, At: e.At,
 			NodeID: e.NodeID, Assigned: e.Assigned})
 		if err != nil {
 			return nil, err

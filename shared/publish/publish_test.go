@@ -425,3 +425,43 @@ func TestTheReaperPublishesANodeEventAHandlerLeft(t *testing.T) {
 	}
 	noneLeft(t, env, bus)
 }
+
+// A hold's notices reach the bus as every run event does, each detail naming the run's kind,
+// so that a rule matches holds by it: hold_placed and hold_ended from the handlers that placed
+// and released it, hold_expiring from the reaper's outbox. An ordinary run's are of kind run.
+func TestAHoldsNoticesArriveWithTheirRunKind(t *testing.T) {
+	t.Parallel()
+	env, bus := setup(t)
+	env.Beat("A", "b1", false, "board")
+	if r := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "h", "needs": []string{"board"}, "hold_seconds": 300}); r.Status != 201 {
+		t.Fatalf("h: %s", r)
+	}
+	if sum := env.Reap(); sum.HoldsWarned != 1 {
+		t.Fatalf("the reap warned %d holds", sum.HoldsWarned)
+	}
+	ago(env, 60)
+	env.Reap()
+	env.Do(alice, "POST", "/v1/runs/h/release", nil)
+	env.Do(alice, "POST", "/v1/runs", run("r"))
+	sameEvents(t, env, bus)
+	kinds := map[string][]string{}
+	for _, e := range bus.Accepted() {
+		var d publish.Detail
+		if err := json.Unmarshal([]byte(e.Detail), &d); err != nil {
+			t.Fatal(err)
+		}
+		if e.DetailType != publish.DetailType {
+			continue
+		}
+		kinds[d.RunID] = append(kinds[d.RunID], d.RunKind+":"+d.Kind)
+		if !strings.Contains(e.Detail, `"run_kind":`) {
+			t.Fatalf("a detail without run_kind: %s", e.Detail)
+		}
+	}
+	if got := strings.Join(kinds["h"], " "); got != "hold:submitted hold:hold_placed hold:hold_expiring hold:hold_released hold:hold_ended" {
+		t.Fatalf("the hold's events on the bus: %s", got)
+	}
+	if got := strings.Join(kinds["r"], " "); got != "run:submitted" {
+		t.Fatalf("the run's events on the bus: %s", got)
+	}
+}

@@ -128,15 +128,16 @@ func OpenStore(ctx context.Context, cfg config.Config, app string, log *slog.Log
 // Settings are the store's view of the configuration.
 func Settings(cfg config.Config) store.Settings {
 	return store.Settings{
-		LeaseTTL:        cfg.LeaseTTL,
-		AdvertTTL:       cfg.AdvertTTL(),
-		CancelGrace:     cfg.CancelGrace(),
-		Starvation:      cfg.Starvation,
-		RetireAfter:     cfg.NodeRetireAfter,
-		MaxRunWidth:     cfg.MaxRunWidth,
-		RetentionDays:   cfg.RetentionDays,
-		QuarantineAfter: cfg.QuarantineAfter,
-		MaxHoldSeconds:  cfg.MaxHoldSeconds,
+		LeaseTTL:         cfg.LeaseTTL,
+		AdvertTTL:        cfg.AdvertTTL(),
+		CancelGrace:      cfg.CancelGrace(),
+		Starvation:       cfg.Starvation,
+		RetireAfter:      cfg.NodeRetireAfter,
+		MaxRunWidth:      cfg.MaxRunWidth,
+		RetentionDays:    cfg.RetentionDays,
+		QuarantineAfter:  cfg.QuarantineAfter,
+		MaxHoldSeconds:   cfg.MaxHoldSeconds,
+		HoldExpiringLead: cfg.HoldExpiringLead,
 	}
 }
 

@@ -29,6 +29,7 @@ type OutboundEvent struct {
 	RunKey   string // unique across owners
 	RunID    string // the id its owner chose: unique among the owner's runs
 	Owner    string
+	RunKind  string // the run's kind: run, health_check, hold
 	Kind     string
 	From     *string
 	To       string

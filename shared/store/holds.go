@@ -13,12 +13,15 @@ import (
 // placed, its nodes are leased until it ends: released by its owner (ReleaseHold), its time up
 // (the reaper, reapHolds), cancelled (Cancel), or a node lost (FAILED lease_expired). A node's
 // restart re-grants its lease under the new boot (loseLease). No step of it is ever final, so it
-// never settles, and partial release does not apply.
+// never settles, and partial release does not apply. What a person waits on is an event of its
+// own (holds.sql): hold_placed and hold_ended from the statements that place and end it,
+// hold_expiring from the reaper (warnHolds).
 
 var (
 	endReleasedStmt = stmt("end_released")
 	endHoldsDueStmt = stmt("end_holds_due")
 	extendHoldStmt  = stmt("extend_hold")
+	warnHoldsStmt   = stmt("warn_holds_ending")
 )
 
 // HoldResult is a hold after its owner's release or extend.
@@ -96,4 +99,23 @@ func (s *Store) reapHolds(ctx context.Context, sum *ReapSummary) (bool, error) {
 	return s.endInBatches(ctx, &sum.HoldsEnded, sum, ending{
 		stmt: endHoldsDueStmt, from: wire.Running, state: wire.Succeeded, kind: "hold_expired",
 	})
+}
+
+// warnHolds writes the notice of each placed hold's end that is within HOLD_EXPIRING_LEAD_SECONDS
+// (event hold_expiring), once per end, a batch per statement. After reapHolds, so that a hold
+// whose time is already up is ended rather than warned of; it makes no room.
+func (s *Store) warnHolds(ctx context.Context, sum *ReapSummary) (bool, error) {
+	args := named{"lead": s.set.HoldExpiringLead.Seconds(), "batch": reapBatch}
+	for inTime(ctx) {
+		var n int
+		if err := warnHoldsStmt.queryRow(ctx, s.pool, args).Scan(&n); err != nil {
+			return false, err
+		}
+		sum.HoldsWarned += n
+		if n < reapBatch {
+			return false, nil
+		}
+	}
+	sum.Unfinished = true
+	return false, nil
 }

@@ -24,6 +24,9 @@ type ReapSummary struct {
 	Stranded int `json:"stranded"`
 	// HoldsEnded counts the holds whose time was up.
 	HoldsEnded int `json:"holds_ended"`
+	// HoldsWarned counts the placed holds warned that their end is within
+	// HOLD_EXPIRING_LEAD_SECONDS (event hold_expiring).
+	HoldsWarned int `json:"holds_warned"`
 	// ChecksScheduled counts the periodic health checks whose time had come.
 	ChecksScheduled int `json:"checks_scheduled"`
 	// ChecksFinished counts the nodes a health check that ended by a cancel or a deadline
@@ -83,6 +86,7 @@ func (s *Store) Reap(ctx context.Context, p ReapParams) (ReapSummary, error) {
 		s.reapTimeouts,      // 3
 		s.reapQueueTimeouts, // 4
 		s.reapHolds,         // a hold's time up: room, like a settle
+		s.warnHolds,         // a hold's end near: a notice, no room
 		// 6, before the wake: failing a starving run that no node can serve any more frees the
 		// nodes its protection held, and the wake below must see that.
 		s.reapRetired,

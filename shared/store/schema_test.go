@@ -143,6 +143,9 @@ func TestConstraintsHaveNames(t *testing.T) {
 			"steps_not_of_a_hold", store.ErrInvariant},
 		{"a run's end that is a hold's", `UPDATE runs SET hold_ends_at = now() WHERE run_id = 'r1'`,
 			"runs_hold_ends_only_for_holds", store.ErrInvariant},
+		// Hold notices (migration 0018).
+		{"a run warned of a hold's end", `UPDATE runs SET hold_warned_for = now() WHERE run_id = 'r1'`,
+			"runs_hold_warned_only_for_holds", store.ErrInvariant},
 		// Debug holds (migration 0019).
 		{"a debug hold of nothing", `UPDATE runs SET debug_hold = 'nope' WHERE run_id = 'q1'`, "runs_debug_hold_fkey", store.ErrInvariant},
 		{"a run that is the debug hold of another", `UPDATE runs SET debug_of = 'r1' WHERE run_id = 'q1'`,

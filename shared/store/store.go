@@ -77,6 +77,9 @@ type Settings struct {
 	// MaxHoldSeconds: the longest a hold lasts, and the furthest from now an extend moves its
 	// end (0 is the default, wire.DefaultMaxHoldSeconds).
 	MaxHoldSeconds int
+	// HoldExpiringLead: how long before a placed hold's end the reaper warns of it, event
+	// hold_expiring; 0 warns of none.
+	HoldExpiringLead time.Duration
 }
 
 func (s Settings) maxHold() int {

@@ -31,6 +31,7 @@ func reapMetrics(sum store.ReapSummary) []metric {
 		{"RunsTimedOut", sum.TimedOut},
 		{"QueuedRunsTimedOut", sum.QueueTimedOut},
 		{"HoldsEnded", sum.HoldsEnded},
+		{"HoldsWarned", sum.HoldsWarned},
 		{"NodesRetired", sum.Retired},
 		{"RunsUnservable", sum.Unservable},
 		{"RunsPromoted", sum.Promoted},

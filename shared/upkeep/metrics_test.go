@@ -169,8 +169,8 @@ func TestReapLogLineIsEMF(t *testing.T) {
 		"expired": "LeasesExpired", "cancelled": "CancelsSettled", "timed_out": "RunsTimedOut",
 		"queue_timed_out": "QueuedRunsTimedOut", "retired": "NodesRetired", "unservable": "RunsUnservable",
 		"promoted": "RunsPromoted", "stranded": upkeep.StrandedRunsMetric, "outage_grace": "OutageGraceLeases",
-		"checks_scheduled": "HealthChecksScheduled", "holds_ended": "HoldsEnded", "checks_finished": "HealthChecksFinished",
-		"pruned": "RunsPruned", "published": "EventsPublished",
+		"checks_scheduled": "HealthChecksScheduled", "holds_ended": "HoldsEnded", "holds_warned": "HoldsWarned",
+		"checks_finished": "HealthChecksFinished", "pruned": "RunsPruned", "published": "EventsPublished",
 	}
 	var declared []string
 	for _, m := range directive["Metrics"].([]any) {

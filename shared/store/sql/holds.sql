@@ -1,5 +1,21 @@
 -- Holds (migration 0017): a run of kind hold, no steps, its nodes leased until it ends. Placed
 -- as any run is (submit_insert, wake_promote: hold_end sets its end); ended here.
+--
+-- Its notices are events on the bus, for a lab's rule to route to chat or mail: hold_placed,
+-- hold_expiring (warn_holds_ending), hold_ended. Each is written by the statement that did what
+-- it tells, as one more row of that statement's INSERT into run_events, after the row of the
+-- change itself, so a consumer ordering by seq reads the change first; for a run of another
+-- kind that second branch yields no row. hold_ended carries the run's reason (none for a
+-- SUCCEEDED end): the event before it — hold_released, hold_expired, cancelled, node_lost, ...
+-- — says how the hold ended.
+
+-- fragment: hold_placed
+-- The notice of a hold placed, as the rest of its statement's INSERT (run_id, attempt, kind,
+-- from_state, to_state, reason) of its run CTE (run_id, attempt, state, kind). RUNNING to
+-- RUNNING: run_events_running_once_per_attempt counts entries into RUNNING from another state,
+-- so the placing event stays the attempt's one.
+SELECT run_id, attempt, 'hold_placed', {{RUNNING}}, {{RUNNING}}, NULL FROM run
+    WHERE state = {{RUNNING}} AND kind = {{KIND_HOLD}}
 
 -- name: end_released
 -- The owner releases a placed hold: SUCCEEDED, its nodes free, its event hold_released. The
@@ -53,3 +69,26 @@ WITH old AS (
 INSERT INTO leases (node_id, run_id, role, boot_id, expires_at)
 SELECT o.node_id, o.run_id, o.role, $3, now() + $4::float8 * interval '1 second' FROM old o
 RETURNING run_id
+
+-- name: warn_holds_ending
+-- The reaper's: placed holds whose end is within @lead seconds, not yet warned of that end,
+-- get their notice (hold_expiring) and remember the end they were warned of — decided in the
+-- statement that marks them, so two reapers warn once. An extend moves the end off the one
+-- warned of, and the new end is warned of when it nears in its turn. A hold past its end is
+-- left to end_holds_due.
+/* reap: holds ending */
+WITH due AS (
+    SELECT run_id FROM runs
+    WHERE state = {{RUNNING}} AND kind = {{KIND_HOLD}}
+      AND hold_ends_at > now() AND hold_ends_at <= now() + @lead::float8 * interval '1 second'
+      AND hold_warned_for IS DISTINCT FROM hold_ends_at
+    ORDER BY hold_ends_at LIMIT @batch::int FOR UPDATE SKIP LOCKED
+), warned AS (
+    UPDATE runs r SET hold_warned_for = r.hold_ends_at FROM due
+    WHERE r.run_id = due.run_id AND r.state = {{RUNNING}}
+    RETURNING r.run_id, r.attempt
+), event AS (
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
+    SELECT run_id, attempt, 'hold_expiring', {{RUNNING}}, {{RUNNING}} FROM warned
+)
+SELECT count(*) FROM warned

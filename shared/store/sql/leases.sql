@@ -50,7 +50,7 @@ WITH lost AS (
         finished_at = CASE WHEN r.cancel_requested_at IS NULL AND r.attempt < r.max_attempts
                            THEN NULL ELSE now() END
     FROM lost WHERE r.run_id = lost.run_id AND r.state = {{RUNNING}}
-    RETURNING r.run_id, r.state, r.attempt, r.reason
+    RETURNING r.run_id, r.state, r.attempt, r.reason, r.kind
 ), others AS (
     DELETE FROM leases l USING run WHERE l.run_id = run.run_id AND l.node_id <> @node_id::text
     RETURNING l.node_id
@@ -75,6 +75,10 @@ WITH lost AS (
     SELECT run_id, CASE WHEN state = {{QUEUED}} THEN attempt - 1 ELSE attempt END,
            'node_lost', {{RUNNING}}, state, @reason::text, @node_id::text
     FROM run
+    UNION ALL
+    -- A hold that lost a node has ended (one attempt): its notice (hold_ended, holds.sql).
+    SELECT run_id, attempt, 'hold_ended', {{RUNNING}}, state, reason, @node_id::text
+    FROM run WHERE kind = {{KIND_HOLD}} AND state <> {{QUEUED}}
 ), excused AS (
     -- Not the node's fault: the whole fleet silent (no heartbeat accepted anywhere for a lease's
     -- life: the system, not the node, was down), or a lease the outage grace renewed — its

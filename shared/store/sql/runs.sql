@@ -173,7 +173,7 @@ WITH key AS (
                      WHEN {{RUNNING}} THEN now() + @timeout::int * interval '1 second' END
     FROM decided d
     ON CONFLICT DO NOTHING
-    RETURNING run_id, state, created_at, queue_rank, hold_ends_at
+    RETURNING run_id, attempt, state, kind, created_at, queue_rank, hold_ends_at
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
@@ -192,8 +192,12 @@ WITH key AS (
     SELECT a.node_id, run.run_id, a.role, a.boot_id, now() + @lease_ttl::float8 * interval '1 second'
     FROM run CROSS JOIN avail a WHERE run.state = {{RUNNING}}
 ), event AS (
+    -- A hold placed here has its notice too (hold_placed, after submitted: one INSERT, so in
+    -- that order); for any other run the second branch yields nothing.
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = {{FAILED}} THEN @reason::text END FROM run
+    UNION ALL
+    {{hold_placed}}
 )
 SELECT r.state, r.created_at, {{queue_position r}},
        (SELECT array_agg(role) FROM avail), (SELECT array_agg(node_id) FROM avail), r.run_id, r.hold_ends_at

@@ -159,9 +159,9 @@ FOR UPDATE OF f SKIP LOCKED
 
 -- fragment: promote_pick
 -- Promotes the run of pick onto the slots: the conditional update (I6), the leases (I1), the
--- roles' node ids, the event; then says which nodes it held, which run it placed, and where —
--- its start and each role's node, so that a caller answers with the run as promoted without
--- reading it again.
+-- roles' node ids, the event (and a hold's hold_placed); then says which nodes it held, which
+-- run it placed, and where — its start and each role's node, so that a caller answers with the
+-- run as promoted without reading it again.
 role AS (
     SELECT ro.role, {{need_key ro}} AS need,
            row_number() OVER (ORDER BY {{need_key ro}} COLLATE "C", ro.role COLLATE "C") AS ord
@@ -172,7 +172,7 @@ role AS (
     UPDATE runs r SET state = {{RUNNING}}, started_at = now(),
         deadline_at = now() + r.timeout_seconds * interval '1 second', hold_ends_at = {{hold_end r}}
     FROM pick WHERE r.run_id = pick.run_id AND r.state = {{QUEUED}} AND pick.width = (SELECT count(*) FROM assign)
-    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at
+    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at, r.state, r.kind
 ), roles AS (
     UPDATE run_roles ro SET node_id = a.node_id FROM run, assign a
     WHERE ro.run_id = run.run_id AND ro.role = a.role
@@ -181,8 +181,10 @@ role AS (
     SELECT a.node_id, run.run_id, a.role, a.boot_id, now() + @lease_ttl::float8 * interval '1 second'
     FROM run CROSS JOIN assign a
 ), event AS (
-    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
-    SELECT run_id, attempt, 'promoted', {{QUEUED}}, {{RUNNING}} FROM run
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
+    SELECT run_id, attempt, 'promoted', {{QUEUED}}, {{RUNNING}}, NULL FROM run
+    UNION ALL
+    {{hold_placed}}
 )
 SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank,
        run.started_at, (SELECT array_agg(a.role ORDER BY a.role) FROM assign a WHERE run.run_id IS NOT NULL),

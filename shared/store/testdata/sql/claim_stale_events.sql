@@ -12,7 +12,7 @@ WITH due AS (
 )
 SELECT e.event_id,
        (SELECT count(*) FROM run_events x WHERE x.run_id = e.run_id AND x.event_id <= e.event_id),
-       e.run_id, r.name, r.owner, e.kind, e.from_state, e.to_state, e.reason, e.attempt, e.at, e.node_id,
+       e.run_id, r.name, r.owner, r.kind, e.kind, e.from_state, e.to_state, e.reason, e.attempt, e.at, e.node_id,
        (SELECT coalesce(json_object_agg(ro.role, ro.node_id ORDER BY ro.ordinal), '{}')
           FROM run_roles ro WHERE ro.run_id = e.run_id AND ro.node_id <> '')
 FROM c JOIN run_events e ON e.event_id = c.event_id JOIN runs r ON r.run_id = e.run_id

@@ -8,7 +8,7 @@ WITH due AS (
                                    THEN coalesce(r.cancel_requested_at, now()) ELSE r.cancel_requested_at END,
         cancel_reason = coalesce(r.cancel_reason, @cancel_reason::text)
     FROM due WHERE r.run_id = due.run_id AND r.state = @end_from::text
-    RETURNING r.run_id, r.attempt, @end_from::text = 'QUEUED' AND r.created_at < now() - @starvation::float8 * interval '1 second' AS unblocks
+    RETURNING r.run_id, r.attempt, r.kind, @end_from::text = 'QUEUED' AND r.created_at < now() - @starvation::float8 * interval '1 second' AS unblocks
 ), steps AS (
     UPDATE steps s SET state = CASE WHEN s.state = 'PENDING' THEN @pending_to::text ELSE 'CANCELLED' END,
         finished_at = now(), epoch = NULL
@@ -18,5 +18,8 @@ WITH due AS (
 ), event AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, attempt, @end_kind::text, @end_from::text, @end_state::text, @end_reason::text FROM run
+    UNION ALL
+    SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, @end_reason::text
+    FROM run WHERE kind = 'hold'
 )
 SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)

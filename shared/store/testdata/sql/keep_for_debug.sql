@@ -13,7 +13,7 @@ WITH failed AS (
         (SELECT '[' || string_agg('["' || 'node_id=' || k.node_id || '"]', ',' ORDER BY k.node_id) || ']' FROM kept k),
         (SELECT count(*) FROM kept), 1, 'hold', f.seconds, now() + f.seconds * interval '1 second', now(), f.run_id
     FROM failed f WHERE EXISTS (SELECT 1 FROM kept)
-    RETURNING run_id
+    RETURNING run_id, attempt, state, kind
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT h.run_id, k.role, row_number() OVER (ORDER BY k.role), ARRAY['node_id=' || k.node_id], k.node_id
@@ -24,8 +24,12 @@ WITH failed AS (
     FROM hold h CROSS JOIN kept k
 ), named AS (
     UPDATE runs r SET debug_hold = h.run_id FROM hold h WHERE r.run_id = @run_id::text
+), run AS (SELECT * FROM hold
 ), event AS (
-    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
-    SELECT run_id, 1, 'submitted', NULL, 'RUNNING' FROM hold
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
+    SELECT run_id, 1, 'submitted', NULL, 'RUNNING', NULL FROM hold
+    UNION ALL
+    SELECT run_id, attempt, 'hold_placed', 'RUNNING', 'RUNNING', NULL FROM run
+    WHERE state = 'RUNNING' AND kind = 'hold'
 )
 SELECT (SELECT run_id FROM hold)

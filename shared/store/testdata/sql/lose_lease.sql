@@ -19,7 +19,7 @@ WITH lost AS (
         finished_at = CASE WHEN r.cancel_requested_at IS NULL AND r.attempt < r.max_attempts
                            THEN NULL ELSE now() END
     FROM lost WHERE r.run_id = lost.run_id AND r.state = 'RUNNING'
-    RETURNING r.run_id, r.state, r.attempt, r.reason
+    RETURNING r.run_id, r.state, r.attempt, r.reason, r.kind
 ), others AS (
     DELETE FROM leases l USING run WHERE l.run_id = run.run_id AND l.node_id <> @node_id::text
     RETURNING l.node_id
@@ -44,6 +44,9 @@ WITH lost AS (
     SELECT run_id, CASE WHEN state = 'QUEUED' THEN attempt - 1 ELSE attempt END,
            'node_lost', 'RUNNING', state, @reason::text, @node_id::text
     FROM run
+    UNION ALL
+    SELECT run_id, attempt, 'hold_ended', 'RUNNING', state, reason, @node_id::text
+    FROM run WHERE kind = 'hold' AND state <> 'QUEUED'
 ), excused AS (
     SELECT 1 FROM heartbeat_pulse p, lost
     WHERE p.only_row AND (p.heard_at < now() - @lease_ttl::float8 * interval '1 second'

@@ -33,7 +33,7 @@ WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
                      WHEN 'RUNNING' THEN now() + @timeout::int * interval '1 second' END
     FROM decided d
     ON CONFLICT DO NOTHING
-    RETURNING run_id, state, created_at, queue_rank, hold_ends_at
+    RETURNING run_id, attempt, state, kind, created_at, queue_rank, hold_ends_at
 ), roles AS (
     INSERT INTO run_roles (run_id, role, ordinal, needs, node_id)
     SELECT run.run_id, r.role, r.ordinal, string_to_array(r.needs, ','),
@@ -54,6 +54,9 @@ WHERE f.node_id = ANY (ARRAY(SELECT node_id FROM keyed))
 ), event AS (
     INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
     SELECT run_id, 1, 'submitted', NULL, state, CASE WHEN state = 'FAILED' THEN @reason::text END FROM run
+    UNION ALL
+    SELECT run_id, attempt, 'hold_placed', 'RUNNING', 'RUNNING', NULL FROM run
+    WHERE state = 'RUNNING' AND kind = 'hold'
 )
 SELECT r.state, r.created_at, CASE WHEN r.state = 'QUEUED' THEN
     (SELECT coalesce(sum(c.delta), 0) FROM queue_counts c WHERE c.span = 60

@@ -27,7 +27,7 @@ FOR UPDATE OF f SKIP LOCKED
     UPDATE runs r SET state = 'RUNNING', started_at = now(),
         deadline_at = now() + r.timeout_seconds * interval '1 second', hold_ends_at = now() + r.hold_seconds * interval '1 second'
     FROM pick WHERE r.run_id = pick.run_id AND r.state = 'QUEUED' AND pick.width = (SELECT count(*) FROM assign)
-    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at
+    RETURNING r.run_id, r.attempt, r.created_at, r.queue_rank, r.started_at, r.state, r.kind
 ), roles AS (
     UPDATE run_roles ro SET node_id = a.node_id FROM run, assign a
     WHERE ro.run_id = run.run_id AND ro.role = a.role
@@ -36,8 +36,11 @@ FOR UPDATE OF f SKIP LOCKED
     SELECT a.node_id, run.run_id, a.role, a.boot_id, now() + @lease_ttl::float8 * interval '1 second'
     FROM run CROSS JOIN assign a
 ), event AS (
-    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state)
-    SELECT run_id, attempt, 'promoted', 'QUEUED', 'RUNNING' FROM run
+    INSERT INTO run_events (run_id, attempt, kind, from_state, to_state, reason)
+    SELECT run_id, attempt, 'promoted', 'QUEUED', 'RUNNING', NULL FROM run
+    UNION ALL
+    SELECT run_id, attempt, 'hold_placed', 'RUNNING', 'RUNNING', NULL FROM run
+    WHERE state = 'RUNNING' AND kind = 'hold'
 )
 SELECT (SELECT coalesce(array_agg(node_id), '{}') FROM slot), run.run_id, run.created_at, run.queue_rank,
        run.started_at, (SELECT array_agg(a.role ORDER BY a.role) FROM assign a WHERE run.run_id IS NOT NULL),
