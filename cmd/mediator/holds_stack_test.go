@@ -152,3 +152,33 @@ func TestAHoldOutlivesItsAgentsRestart(t *testing.T) {
 		t.Fatal("an agent ran a step while the board was held")
 	}
 }
+
+// An agent's SIGTERM drain waits for the hold its board is under, as for a step: it exits 0 once
+// the hold is released. A second signal exits at once.
+func TestAnAgentsDrainWaitsForTheHold(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	for _, second := range []bool{false, true} {
+		node := fmt.Sprintf("hd-%v", second)
+		n := startAgent(t, base, node, agentOpts{labels: []string{"kind=" + node}})
+		n.waitFor("heartbeating")
+		expect(t, mediator(t, base, "", "hold", "--needs", "kind="+node, "--for", "1h", "--id", node, "--wait"), 0, node)
+		n.waitFor("lease taken", "run", node)
+		n.signal(syscall.SIGTERM)
+		n.waitFor("drain in effect: the node takes no new work")
+		if !n.running() {
+			t.Fatalf("%s: the agent exited on SIGTERM while its board was held", node)
+		}
+		if second {
+			n.signal(syscall.SIGTERM)
+			if code := n.wait(); code == 0 {
+				t.Fatalf("%s: a second signal exited 0", node)
+			}
+			continue
+		}
+		expect(t, mediator(t, base, "", "release", node), 0, "SUCCEEDED")
+		if code := n.wait(); code != 0 {
+			t.Fatalf("%s: after the hold's release the drain exited %d, want 0", node, code)
+		}
+	}
+}
