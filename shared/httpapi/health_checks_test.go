@@ -248,3 +248,50 @@ func TestAPassingCheckLiftsNoQuarantineMadeMeanwhile(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A health check waiting for its busy node shows in the queue with its needs, as any run does.
+func TestTheQueueShowsAWaitingCheck(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	registerCheck(env, "usb", nil, "board")
+	env.Beat("A", "b1", false, "board")
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("busy", "board")); resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "x"}))
+	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
+	if dueCheck(env, "A") == "" || leasedTo(env, "A") != "busy" {
+		t.Fatalf("a check due on a busy node: %q, leased to %q", dueCheck(env, "A"), leasedTo(env, "A"))
+	}
+	resp := env.Do(apitest.Admin, "GET", "/v1/queue", nil)
+	if resp.Status != 200 || !strings.Contains(string(resp.Body), `"node_id=A"`) {
+		t.Fatalf("the queue with a check waiting: %s", resp)
+	}
+}
+
+// A report that frees a node while a check waits for it: the report goes through, and the check
+// is placed on the node before the run queued for it.
+func TestAReportWithACheckQueuedFreesItsNode(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	registerCheck(env, "usb", nil, "board")
+	env.Beat("A", "b1", false, "board")
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("busy", "board")); resp.Status != 201 {
+		t.Fatal(resp)
+	}
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "x"}))
+	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
+	check := dueCheck(env, "A")
+	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("next", "board")); resp.Status != 202 {
+		t.Fatal(resp)
+	}
+	env.Finish("A", "b1", "busy", wire.ReportSucceeded)
+	if leasedTo(env, "A") != check || env.State("next") != wire.Queued {
+		t.Fatalf("after busy ended: A leased to %q (the check is %s), next %s", leasedTo(env, "A"), check, env.State("next"))
+	}
+	env.Reap() // the unservable sweep reads every queued shape, the check's too
+	if env.State(check) != wire.Running {
+		t.Fatalf("the reap moved the check: %s", env.State(check))
+	}
+	env.CheckInvariants()
+}

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,18 +41,17 @@ func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
 		return nil, err
 	}
 	var out []QueueEntry
-	var shapes []string
 	for rows.Next() {
 		var e QueueEntry
 		var shape, owner string
-		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner, &e.Priorities); err != nil {
+		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner, &e.Priorities, &e.Needs); err != nil {
 			rows.Close()
 			return nil, queueViewStmt.fail(err)
 		}
 		if !v.sees(owner) {
 			e.OldestRunID = ""
 		}
-		out, shapes = append(out, e), append(shapes, shape)
+		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, queueViewStmt.fail(err)
@@ -66,9 +64,6 @@ func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
 		return nil, err
 	}
 	for i := range out {
-		if err := json.Unmarshal([]byte(shapes[i]), &out[i].Needs); err != nil {
-			return nil, fmt.Errorf("store: a stored shape is not JSON: %w", err)
-		}
 		out[i].CapableNodes, out[i].AvailableNodes, out[i].PlaceableNow = capacityFor(out[i].Needs, fleet)
 	}
 	return out, nil
@@ -90,7 +85,7 @@ func capacityFor(needs [][]string, fleet []Node) (capable, available int, placea
 		for _, r := range roles {
 			if match.Satisfies(n.Labels, r.Needs) {
 				capable++
-				if takesWork(n) {
+				if takesWork(n) && !n.HealthCheckDue {
 					available++
 					free = append(free, match.Node{ID: n.NodeID, Labels: n.Labels, Available: true})
 				}

@@ -16,7 +16,11 @@ WITH counts AS (
 SELECT h.shape, sum(h.n)::bigint, (array_agg(h.name ORDER BY {{arrival h}}))[1],
        extract(epoch FROM now() - min(h.created_at))::float8,
        (array_agg(h.owner ORDER BY {{arrival h}}))[1],
-       json_agg(json_build_object('priority', h.priority, 'queued', h.n) ORDER BY h.priority DESC)
+       json_agg(json_build_object('priority', h.priority, 'queued', h.n) ORDER BY h.priority DESC),
+       -- The needs, from the oldest run's roles: a shape is a grouping key, and a health check's
+       -- is its own (check:<id>), not a list of needs.
+       (SELECT json_agg(ro.needs ORDER BY {{need_key ro}} COLLATE "C") FROM run_roles ro
+        WHERE ro.run_id = (array_agg(h.run_id ORDER BY {{arrival h}}))[1])
 FROM heads h GROUP BY h.shape ORDER BY min(h.created_at)
 
 -- name: fold_queue_counts

@@ -58,7 +58,7 @@ WITH RECURSIVE step AS ({{report_step_update}}
 ), {{queued_shapes}}, wanted AS (
     -- Each role's needs of every queued shape (a shape is its roles' needs, as JSON).
     SELECT DISTINCT ARRAY(SELECT jsonb_array_elements_text(need)) AS needs
-    FROM shapes s CROSS JOIN LATERAL jsonb_array_elements(s.shape::jsonb) need
+    FROM shapes s CROSS JOIN LATERAL jsonb_array_elements({{shape_needs s}}) need
     WHERE s.shape IS NOT NULL AND EXISTS (SELECT 1 FROM freed)
 ), held AS (
     INSERT INTO free_nodes (node_id, held_until)

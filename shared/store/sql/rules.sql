@@ -88,6 +88,16 @@ CASE WHEN l.run_id IS NOT NULL THEN {{LEASED}}
      WHEN {{drained n}} THEN {{DRAINING}}
      ELSE {{IDLE}} END
 
+-- fragment: check_shape(r)
+-- A health check run's shape: its own, so that the wake walks it apart and no other run is ever
+-- of it (promotion picks by shape). Every other shape is its runs' needs as a JSON list (Shape).
+'check:' || r.run_id
+
+-- fragment: shape_needs(s)
+-- A shape's needs as a JSON list of each role's needs: none for a health check's, which wants
+-- only the node reserved for it (TestAReportWithACheckQueuedFreesItsNode).
+CASE WHEN s.shape LIKE 'check:%' THEN '[]'::jsonb ELSE s.shape::jsonb END
+
 -- fragment: hold_end(r)
 -- When a hold r placed now ends by itself (NULL for a run of another kind: no hold_seconds).
 now() + r.hold_seconds * interval '1 second'

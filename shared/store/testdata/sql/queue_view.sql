@@ -11,5 +11,7 @@ WITH counts AS (
 SELECT h.shape, sum(h.n)::bigint, (array_agg(h.name ORDER BY h.created_at, h.run_id))[1],
        extract(epoch FROM now() - min(h.created_at))::float8,
        (array_agg(h.owner ORDER BY h.created_at, h.run_id))[1],
-       json_agg(json_build_object('priority', h.priority, 'queued', h.n) ORDER BY h.priority DESC)
+       json_agg(json_build_object('priority', h.priority, 'queued', h.n) ORDER BY h.priority DESC),
+       (SELECT json_agg(ro.needs ORDER BY array_to_string(ro.needs, ',') COLLATE "C") FROM run_roles ro
+        WHERE ro.run_id = (array_agg(h.run_id ORDER BY h.created_at, h.run_id))[1])
 FROM heads h GROUP BY h.shape ORDER BY min(h.created_at)
