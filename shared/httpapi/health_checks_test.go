@@ -295,3 +295,25 @@ func TestAReportWithACheckQueuedFreesItsNode(t *testing.T) {
 	}
 	env.CheckInvariants()
 }
+
+// A check waiting for a node that leaves the fleet fails no_capable_node at the next reap.
+func TestACheckWhoseNodeLeftFails(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t)
+	registerCheck(env, "usb", nil, "board")
+	env.Beat("A", "b1", false, "board")
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "x"}))
+	env.Beat("A", "b1", true, "board") // draining: the check, once scheduled, waits
+	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
+	check := dueCheck(env, "A")
+	if check == "" || env.State(check) != wire.Queued {
+		t.Fatalf("a check on a draining node: %q", check)
+	}
+	if resp := env.Do(apitest.Admin, "DELETE", "/v1/nodes/A", nil); resp.Status/100 != 2 {
+		t.Fatal(resp)
+	}
+	if sum := env.Reap(); env.State(check) != wire.Failed || sum.Unservable != 1 {
+		t.Fatalf("a check whose node left: %s, %d unservable", env.State(check), sum.Unservable)
+	}
+	env.CheckInvariants()
+}
