@@ -26,14 +26,7 @@ func Cancel(d startup.Deps) Handler {
 // releaseHold ends a hold at its owner's word (or an admin's): placed, SUCCEEDED and its nodes
 // free, the queue woken before the answer; queued, CANCELLED.
 func releaseHold(c *call) (reply, error) {
-	if err := c.allow(auth.Client, auth.Admin); err != nil {
-		return reply{}, err
-	}
-	ref, err := c.runRef()
-	if err != nil {
-		return reply{}, err
-	}
-	body, err := c.body()
+	ref, body, err := c.onRun(auth.Client, auth.Admin)
 	if err != nil {
 		return reply{}, err
 	}
@@ -50,14 +43,7 @@ func releaseHold(c *call) (reply, error) {
 
 // extendHold moves a live hold's end later, to at most MAX_HOLD_SECONDS from now.
 func extendHold(c *call) (reply, error) {
-	if err := c.allow(auth.Client, auth.Admin); err != nil {
-		return reply{}, err
-	}
-	ref, err := c.runRef()
-	if err != nil {
-		return reply{}, err
-	}
-	body, err := c.body()
+	ref, body, err := c.onRun(auth.Client, auth.Admin)
 	if err != nil {
 		return reply{}, err
 	}
@@ -76,14 +62,7 @@ func extendHold(c *call) (reply, error) {
 // setPriority changes a queued run's priority (admins); the change is in the run's history, and
 // the queue is woken, since the run may now go before others.
 func setPriority(c *call) (reply, error) {
-	if err := c.allow(auth.Admin); err != nil {
-		return reply{}, err
-	}
-	ref, err := c.runRef()
-	if err != nil {
-		return reply{}, err
-	}
-	body, err := c.body()
+	ref, body, err := c.onRun(auth.Admin)
 	if err != nil {
 		return reply{}, err
 	}
@@ -108,14 +87,7 @@ func setPriority(c *call) (reply, error) {
 // cancel: a QUEUED run is CANCELLED at once (200); a RUNNING one is asked to stop (202) and
 // settles when its nodes acknowledge, or at once with force (admins, 200).
 func cancel(c *call) (reply, error) {
-	if err := c.allow(auth.Client, auth.Admin); err != nil {
-		return reply{}, err
-	}
-	ref, err := c.runRef()
-	if err != nil {
-		return reply{}, err
-	}
-	body, err := c.body()
+	ref, body, err := c.onRun(auth.Client, auth.Admin)
 	if err != nil {
 		return reply{}, err
 	}
@@ -144,4 +116,18 @@ func cancel(c *call) (reply, error) {
 		return reply{http.StatusOK, runBody(res.Run)}, nil
 	}
 	return reply{http.StatusAccepted, runBody(res.Run)}, nil
+}
+
+// onRun starts a route that changes one run from outside: a caller of kinds, the run it names
+// (as the caller may see it), and the request's body.
+func (c *call) onRun(kinds ...auth.Kind) (store.RunRef, []byte, error) {
+	if err := c.allow(kinds...); err != nil {
+		return store.RunRef{}, nil, err
+	}
+	ref, err := c.runRef()
+	if err != nil {
+		return store.RunRef{}, nil, err
+	}
+	body, err := c.body()
+	return ref, body, err
 }

@@ -34,6 +34,15 @@ func dueCheck(env *apitest.Env, node string) string {
 	return *id
 }
 
+// quarantineAndLift has an admin quarantine node and lift it again, which schedules the check
+// that applies to it; it answers the node as lifted and the check due on it.
+func quarantineAndLift(env *apitest.Env, node string) (store.Node, string) {
+	env.T.Helper()
+	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/"+node+"/quarantine", map[string]any{"reason": "the hub was swapped"}))
+	n := nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/"+node+"/quarantine", nil))
+	return n, dueCheck(env, node)
+}
+
 // nodeView is a node as an admin reads it.
 func nodeView(env *apitest.Env, node string) store.Node {
 	env.T.Helper()
@@ -236,9 +245,7 @@ func TestAPassingCheckLiftsNoQuarantineMadeMeanwhile(t *testing.T) {
 	env := apitest.New(t)
 	registerCheck(env, "usb", nil, "board")
 	env.Beat("A", "b1", false, "board")
-	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "hub swapped"}))
-	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
-	check := dueCheck(env, "A")
+	_, check := quarantineAndLift(env, "A")
 	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "the hub again"}))
 	env.Finish("A", "b1", check, wire.ReportSucceeded)
 	n := nodeView(env, "A")
@@ -258,9 +265,7 @@ func TestTheQueueShowsAWaitingCheck(t *testing.T) {
 	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("busy", "board")); resp.Status != 201 {
 		t.Fatal(resp)
 	}
-	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "x"}))
-	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
-	if dueCheck(env, "A") == "" || leasedTo(env, "A") != "busy" {
+	if _, check := quarantineAndLift(env, "A"); check == "" || leasedTo(env, "A") != "busy" {
 		t.Fatalf("a check due on a busy node: %q, leased to %q", dueCheck(env, "A"), leasedTo(env, "A"))
 	}
 	resp := env.Do(apitest.Admin, "GET", "/v1/queue", nil)
@@ -279,9 +284,7 @@ func TestAReportWithACheckQueuedFreesItsNode(t *testing.T) {
 	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("busy", "board")); resp.Status != 201 {
 		t.Fatal(resp)
 	}
-	nodeAnswer(env, env.Do(apitest.Admin, "POST", "/v1/nodes/A/quarantine", map[string]any{"reason": "x"}))
-	nodeAnswer(env, env.Do(apitest.Admin, "DELETE", "/v1/nodes/A/quarantine", nil))
-	check := dueCheck(env, "A")
+	_, check := quarantineAndLift(env, "A")
 	if resp := env.Do(alice, "POST", "/v1/runs", oneNodeRun("next", "board")); resp.Status != 202 {
 		t.Fatal(resp)
 	}
