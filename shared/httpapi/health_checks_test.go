@@ -299,7 +299,8 @@ func TestAReportWithACheckQueuedFreesItsNode(t *testing.T) {
 	env.CheckInvariants()
 }
 
-// A check waiting for a node that leaves the fleet fails no_capable_node at the next reap.
+// A check waiting for a node that leaves the fleet fails no_capable_node with it, as any run
+// only that node could serve: the unservable sweep judges a check by its role's needs.
 func TestACheckWhoseNodeLeftFails(t *testing.T) {
 	t.Parallel()
 	env := apitest.New(t)
@@ -315,8 +316,10 @@ func TestACheckWhoseNodeLeftFails(t *testing.T) {
 	if resp := env.Do(apitest.Admin, "DELETE", "/v1/nodes/A", nil); resp.Status/100 != 2 {
 		t.Fatal(resp)
 	}
-	if sum := env.Reap(); env.State(check) != wire.Failed || sum.Unservable != 1 {
-		t.Fatalf("a check whose node left: %s, %d unservable", env.State(check), sum.Unservable)
+	var reason string
+	if err := env.Store.Pool().QueryRow(t.Context(), `SELECT coalesce(reason, '') FROM runs WHERE run_id = $1`, check).Scan(&reason); err != nil ||
+		env.State(check) != wire.Failed || reason != wire.ReasonNoCapableNode {
+		t.Fatalf("a check whose node left: %s %q %v", env.State(check), reason, err)
 	}
 	env.CheckInvariants()
 }

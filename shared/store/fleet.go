@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
 
@@ -105,7 +104,11 @@ func (s *Store) failUnservable(ctx context.Context) (endedRuns, error) {
 	if err := fleetPrintStmt.queryRow(ctx, s.pool).Scan(&fleetPrint); err != nil {
 		return failed, err
 	}
-	shapes, err := collect(ctx, s.pool, unservableShapesStmt, pgx.RowTo[string])
+	type queuedShape struct {
+		Shape string
+		Needs [][]string
+	}
+	shapes, err := collect(ctx, s.pool, unservableShapesStmt, pgx.RowToStructByPos[queuedShape])
 	if err != nil || len(shapes) == 0 {
 		return failed, err
 	}
@@ -113,9 +116,10 @@ func (s *Store) failUnservable(ctx context.Context) (endedRuns, error) {
 	if err != nil {
 		return failed, err
 	}
-	for _, shape := range shapes {
-		if servable(shape, fleet) {
-			continue
+	for _, q := range shapes {
+		shape := q.Shape
+		if q.Needs == nil || servable(q.Needs, fleet) {
+			continue // nil: its runs left the queue since the read
 		}
 		for {
 			ended, err := s.endRuns(ctx, s.pool, ending{
@@ -136,12 +140,8 @@ func (s *Store) failUnservable(ctx context.Context) (endedRuns, error) {
 	return failed, nil
 }
 
-// servable reports whether some matching of the shape's roles onto the fleet exists.
-func servable(shape string, fleet []Node) bool {
-	var needs [][]string
-	if err := json.Unmarshal([]byte(shape), &needs); err != nil {
-		return true // not ours to judge; never fail a run on a parse error
-	}
+// servable reports whether some matching of a shape's roles (their needs) onto the fleet exists.
+func servable(needs [][]string, fleet []Node) bool {
 	roles := shapeRoles(needs)
 	nodes := make([]match.Node, len(fleet))
 	for i, n := range fleet {

@@ -306,18 +306,10 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 	return freed > 0, nil
 }
 
-var endOrphanChecksStmt = stmt("end_orphan_checks")
-
-// reapHealthChecks fails the queued checks whose node left the fleet, applies the outcome of the checks that ended without a report or a loss
+// reapHealthChecks applies the outcome of the checks that ended without a report or a loss
 // applying it (a cancel, a deadline), and schedules the periodic checks due. Either makes room:
 // a node open again, or one reserved for a check the wake places.
 func (s *Store) reapHealthChecks(ctx context.Context, sum *ReapSummary) (bool, error) {
-	if _, err := s.endInBatches(ctx, &sum.Unservable, sum, ending{
-		stmt: endOrphanChecksStmt, from: wire.Queued, state: wire.Failed, reason: wire.ReasonNoCapableNode,
-		kind: "unservable", pendingTo: wire.Skipped,
-	}); err != nil {
-		return false, err
-	}
 	f, err := s.finishChecks(ctx, s.pool, nil)
 	if err != nil {
 		return false, err

@@ -30,8 +30,13 @@ DELETE FROM nodes WHERE node_id IN (
 SELECT {{fleet_fingerprint}}
 
 -- name: unservable_shapes
+-- The shapes of the queued runs that may fail unservable, each with its needs, read from one of
+-- its runs' roles: a shape is a grouping key, and a health check's is its own (check_shape), its
+-- needs — the node it checks included — only in its role.
 /* unservable: shapes */
-SELECT DISTINCT shape FROM runs WHERE state = {{QUEUED}} AND NOT wait_for_capacity
+SELECT s.shape, (SELECT json_agg(ro.needs ORDER BY ro.ordinal) FROM run_roles ro WHERE ro.run_id = (
+           SELECT r.run_id FROM runs r WHERE r.state = {{QUEUED}} AND r.shape = s.shape AND NOT r.wait_for_capacity LIMIT 1))
+FROM (SELECT DISTINCT shape FROM runs WHERE state = {{QUEUED}} AND NOT wait_for_capacity) s
 
 -- name: end_unservable
 -- One batch of queued runs of a shape that no node of the fleet can serve fail — but only while

@@ -307,15 +307,3 @@ WITH o AS (
 )
 SELECT (SELECT coalesce(array_agg(c.node_id ORDER BY c.node_id), '{}') FROM health_changes c WHERE c.from_health <> c.to_health),
        (SELECT coalesce(array_agg(m.node_id ORDER BY m.node_id), '{}') FROM moved m WHERE {{takes_work m}})
-
--- name: end_orphan_checks
--- A health check whose node left the fleet (retired, removed) has nothing left to check: its
--- queued run fails no_capable_node, as an unservable run does. (Its shape is its own, which the
--- unservable sweep does not judge.)
-/* reap: orphan checks */
-WITH due AS (
-    SELECT r.run_id FROM runs r
-    WHERE r.state = {{QUEUED}} AND r.kind = {{KIND_HEALTH_CHECK}}
-      AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = r.check_node)
-    LIMIT @batch::int FOR UPDATE SKIP LOCKED
-), {{end_runs}}
