@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"mediator/shared/wire"
 	"slices"
 
@@ -37,42 +36,62 @@ var (
 // Force. A finished run is a *RunNotLiveError carrying it, and a run the
 // viewer may not see is ErrNotFound. The caller wakes the queue when something was released.
 func (s *Store) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
-	return inTx(ctx, s, func(tx pgx.Tx) (CancelResult, error) {
-		key, err := resolve(ctx, tx, p.Run)
+	res, run, err := changeLiveRun(ctx, s, p.Run, nil, func(tx pgx.Tx, key string, lr lockedRun) (CancelResult, error) {
+		return s.cancelLocked(ctx, tx, lr, key, p)
+	})
+	res.Run = run
+	return res, err
+}
+
+// changeLiveRun is the one transaction of a change made to a live run from outside (a cancel, a
+// hold's release or extend): the run ref names, as its viewer may see it, locked (lock_run); act
+// applied while it is live; and the run read back before COMMIT, so that once the change is
+// committed nothing can turn the answer into an error (a request deadline passing, a dropped
+// connection). may, when given, refuses a run the change is not for, live or not; a finished run
+// is a *RunNotLiveError carrying it; act is not called for either.
+func changeLiveRun[T any](ctx context.Context, s *Store, ref RunRef, may func(lockedRun) error,
+	act func(pgx.Tx, string, lockedRun) (T, error)) (T, Run, error) {
+	type changed struct {
+		res T
+		run Run
+	}
+	c, err := inTx(ctx, s, func(tx pgx.Tx) (changed, error) {
+		var c changed
+		key, err := resolve(ctx, tx, ref)
 		if err != nil {
-			return CancelResult{}, err
+			return c, err
 		}
 		t := lockTarget{RunID: key}
-		if !p.Run.Viewer.Admin {
-			t.Owner = p.Run.Viewer.Owner
+		if !ref.Viewer.Admin {
+			t.Owner = ref.Viewer.Owner
 		}
 		lr, err := lockRun(ctx, tx, t)
+		if err == nil && may != nil {
+			err = may(lr)
+		}
 		if err != nil {
-			return CancelResult{}, err
+			return c, err
 		}
-		res, err := s.cancelLocked(ctx, tx, lr, key, p)
-		if err != nil && !errors.Is(err, ErrRunNotLive) {
-			return CancelResult{}, err
+		live := !wire.Final(lr.state)
+		if live {
+			if c.res, err = act(tx, key, lr); err != nil {
+				return c, err
+			}
 		}
-		// The answer is read before COMMIT: once the cancel is committed, nothing may turn
-		// the answer into an error (a request deadline passing, a dropped connection).
-		run, readErr := getRun(ctx, tx, key)
-		if readErr != nil {
-			return CancelResult{}, readErr
+		run, err := getRun(ctx, tx, key)
+		if err != nil {
+			return c, err
 		}
-		run = run.ShownTo(p.Run.Viewer)
-		if err != nil { // not live: say how it ended
-			return CancelResult{}, &RunNotLiveError{Run: run}
+		c.run = run.ShownTo(ref.Viewer)
+		if !live { // say how it ended
+			return c, &RunNotLiveError{Run: c.run}
 		}
-		res.Run = run
-		return res, nil
+		return c, nil
 	})
+	return c.res, c.run, err
 }
 
 func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, key string, p CancelParams) (CancelResult, error) {
-	if wire.Final(lr.state) {
-		return CancelResult{}, ErrRunNotLive
-	}
 	if lr.state == wire.Queued || p.Force || !slices.ContainsFunc(lr.steps, func(st reportStep) bool { return st.State == wire.Running }) {
 		ended, err := s.endRuns(ctx, tx, ending{
 			stmt: endCancelledStmt, from: lr.state, state: wire.Cancelled, reason: wire.ReasonCancelled, kind: "cancelled", pendingTo: wire.Cancelled,

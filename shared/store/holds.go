@@ -56,41 +56,15 @@ func (s *Store) ExtendHold(ctx context.Context, ref RunRef, seconds int) (HoldRe
 	})
 }
 
-// onHold locks the hold ref names (as its viewer may), checks it is live, acts on it, and reads
-// it back before COMMIT, as Cancel does.
+// onHold changes the live hold ref names (changeLiveRun); a run of another kind is ErrNotAHold.
 func (s *Store) onHold(ctx context.Context, ref RunRef, act func(pgx.Tx, string, lockedRun) (bool, error)) (HoldResult, error) {
-	return inTx(ctx, s, func(tx pgx.Tx) (HoldResult, error) {
-		key, err := resolve(ctx, tx, ref)
-		if err != nil {
-			return HoldResult{}, err
-		}
-		t := lockTarget{RunID: key}
-		if !ref.Viewer.Admin {
-			t.Owner = ref.Viewer.Owner
-		}
-		lr, err := lockRun(ctx, tx, t)
-		if err != nil {
-			return HoldResult{}, err
-		}
+	room, run, err := changeLiveRun(ctx, s, ref, func(lr lockedRun) error {
 		if lr.kind != wire.KindHold {
-			return HoldResult{}, ErrNotAHold
+			return ErrNotAHold
 		}
-		var room bool
-		if !wire.Final(lr.state) {
-			if room, err = act(tx, key, lr); err != nil {
-				return HoldResult{}, err
-			}
-		}
-		run, err := getRun(ctx, tx, key)
-		if err != nil {
-			return HoldResult{}, err
-		}
-		run = run.ShownTo(ref.Viewer)
-		if wire.Final(lr.state) {
-			return HoldResult{}, &RunNotLiveError{Run: run}
-		}
-		return HoldResult{Run: run, CapacityAppeared: room}, nil
-	})
+		return nil
+	}, act)
+	return HoldResult{Run: run, CapacityAppeared: room}, err
 }
 
 // reapHolds ends the placed holds whose time is up, SUCCEEDED (event hold_expired), a batch per
