@@ -161,15 +161,21 @@ type ChecksFinished struct {
 // queueFinishChecks applies the outcome of the checks that ended on nodes (all of them for
 // nil), in the batch's transaction, into f.
 func queueFinishChecks(b *pgx.Batch, nodes []string, f *ChecksFinished) {
-	finishChecksStmt.queue(b, func(row pgx.Row) error { return row.Scan(&f.HealthChanged, &f.Opened) },
-		named{"all": nodes == nil, "nodes": nonNil(nodes)})
+	finishChecksStmt.queue(b, f.scan, finishChecksArgs(nodes))
 }
 
 func (s *Store) finishChecks(ctx context.Context, q querier, nodes []string) (ChecksFinished, error) {
 	var f ChecksFinished
-	err := finishChecksStmt.queryRow(ctx, q, named{"all": nodes == nil, "nodes": nonNil(nodes)}).Scan(&f.HealthChanged, &f.Opened)
+	err := f.scan(finishChecksStmt.queryRow(ctx, q, finishChecksArgs(nodes)))
 	return f, err
 }
+
+// finishChecksArgs are finish_checks' arguments: the nodes, or every node for nil.
+func finishChecksArgs(nodes []string) named {
+	return named{"all": nodes == nil, "nodes": nonNil(nodes)}
+}
+
+func (f *ChecksFinished) scan(row pgx.Row) error { return row.Scan(&f.HealthChanged, &f.Opened) }
 
 // FinishHealthChecks applies the outcome of every health check that ended on nodes (every
 // node for nil) by a path that does not apply it itself: a report applies its own check's in

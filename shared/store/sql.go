@@ -53,6 +53,7 @@ var sqlConstants = map[string]string{
 	"CHECK_ROLE": quote(wire.HealthCheckRole), "NODE_ID_LABEL_PREFIX": quote(wire.NodeIDLabelKey + "="),
 	"CHECK_TIMEOUT":    strconv.Itoa(wire.HealthCheckTimeoutSeconds),
 	"FINAL_RUN_STATES": quoteAll(wire.FinalRunStates), "reason_cancelled": quote(wire.ReasonCancelled),
+	"reason_step_failed": quote(wire.ReasonStepFailed), "MAX_PRIORITY": strconv.Itoa(wire.MaxPriority),
 	"walkFree": strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
 }
 

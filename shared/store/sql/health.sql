@@ -209,7 +209,7 @@ left(c.name, 48) || '.' || left(n.node_id, 64) || '.' || substr(md5(random()::te
 run AS (
     INSERT INTO runs (run_id, name, owner, state, priority, request_hash, shape, width, max_attempts,
         timeout_seconds, kind, check_name, check_node)
-    SELECT d.run_id, d.run_id, {{SYSTEM_OWNER}}, {{QUEUED}}, 100, '\x'::bytea, {{check_shape d}}, 1, 1,
+    SELECT d.run_id, d.run_id, {{SYSTEM_OWNER}}, {{QUEUED}}, {{MAX_PRIORITY}}, '\x'::bytea, {{check_shape d}}, 1, 1,
         {{CHECK_TIMEOUT}}, {{KIND_HEALTH_CHECK}}, d.name, d.node_id
     FROM due d
     RETURNING run_id

@@ -103,7 +103,7 @@ WHERE s.run_id = $1 AND s.step_id = ANY ($2::text[])
 /* report: keep for debug */
 WITH failed AS (
     SELECT r.run_id, r.owner, r.priority, r.keep_on_failure_seconds AS seconds FROM runs r
-    WHERE r.run_id = @run_id::text AND r.state = {{FAILED}} AND r.reason = 'step_failed'
+    WHERE r.run_id = @run_id::text AND r.state = {{FAILED}} AND r.reason = {{reason_step_failed}}
       AND r.keep_on_failure_seconds IS NOT NULL AND r.debug_hold IS NULL
 ), kept AS (
     DELETE FROM leases l USING failed f WHERE l.run_id = f.run_id AND l.role = ANY (@keep::text[])
