@@ -25,16 +25,19 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"mediator/localdev/gateway"
+	"mediator/localdev/mqtt"
 	locals3 "mediator/localdev/s3"
 	"mediator/localdev/testdb"
 	"mediator/shared/auth"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
 	"mediator/shared/publish"
+	"mediator/shared/push"
 	"mediator/shared/startup"
 	"mediator/shared/steplogs"
 	"mediator/shared/store"
@@ -65,10 +68,13 @@ type Env struct {
 	Deps      startup.Deps
 	Functions map[string]httpapi.Handler
 	// S3 is the local S3 that keeps the steps' logs (nil with NoLogBucket).
-	S3       *locals3.Server
-	gw       *gateway.Gateway
-	database string        // the URL of the test's database, as the migrator, without the session's settings
-	owner    *pgxpool.Pool // the test's database as the migrator: Exec, Count and the like
+	S3 *locals3.Server
+	// Broker and DataPlane play IoT Core with the Push option (nil without).
+	Broker    *mqtt.Broker
+	DataPlane *mqtt.DataPlane
+	gw        *gateway.Gateway
+	database  string        // the URL of the test's database, as the migrator, without the session's settings
+	owner     *pgxpool.Pool // the test's database as the migrator: Exec, Count and the like
 }
 
 // Option changes how the test's Mediator is built.
@@ -83,6 +89,7 @@ type options struct {
 	noLogs    bool
 	s3Clock   func() time.Time
 	s3Front   func(string) string
+	push      bool
 }
 
 // Configure changes the configuration before the store is opened.
@@ -109,6 +116,11 @@ func NoLogBucket() Option { return func(o *options) { o.noLogs = true } }
 // given the S3's URL and answering the one to use: the functions' client and so every presigned
 // URL go through it, as S3 would be reached over a network that can fail.
 func S3Through(front func(s3URL string) string) Option { return func(o *options) { o.s3Front = front } }
+
+// Push starts a real mosquitto and IoT's data plane in front of it (localdev/mqtt) for the
+// test: the handlers hint through the data plane, and the heartbeat's answer offers the
+// broker to the agents.
+func Push() Option { return func(o *options) { o.push = true } }
 
 // S3Clock is the local S3's clock, against which it judges presigned URLs' expiry.
 func S3Clock(now func() time.Time) Option { return func(o *options) { o.s3Clock = now } }
@@ -179,8 +191,26 @@ func New(t testing.TB, opts ...Option) *Env {
 			t.Fatal(err)
 		}
 	}
+	var broker *mqtt.Broker
+	var dataPlane *mqtt.DataPlane
+	if o.push {
+		if broker, err = mqtt.Start(context.Background(), t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(broker.Stop)
+		if dataPlane, err = mqtt.ServeDataPlane(broker); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(dataPlane.Close)
+		cfg.Push = config.Push{DataEndpoint: dataPlane.URL(), URL: broker.URL()}
+		d.Config = cfg
+		if d.Hinter, err = push.New(dataPlane.URL(), locals3.DefaultRegion,
+			credentials.NewStaticCredentialsProvider(locals3.DefaultAccessKeyID, locals3.DefaultSecretAccessKey, ""), log); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fns := httpapi.Functions(d)
-	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns, S3: s3,
+	return &Env{T: t, Config: cfg, Store: st, Deps: d, Functions: fns, S3: s3, Broker: broker, DataPlane: dataPlane,
 		gw: &gateway.Gateway{Routes: httpapi.Routes, Functions: fns}, database: o.database, owner: owner}
 }
 

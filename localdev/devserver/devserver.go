@@ -1,6 +1,7 @@
 // Package devserver is Mediator on one machine: a PostgreSQL (a local cluster, or
 // DATABASE_URL), a migrated database, the real handlers behind the local gateway on
-// 127.0.0.1, and, for `make dev`, a local S3 keeping the steps' logs. `make dev`, `make migrate`, `make demo` and `make bench` all start it here.
+// 127.0.0.1, and, for `make dev`, a local S3 keeping the steps' logs and a local MQTT broker
+// pushing hints to the agents. `make dev`, `make migrate`, `make demo` and `make bench` all start it here.
 package devserver
 
 import (
@@ -16,14 +17,17 @@ import (
 	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/jackc/pgx/v5"
 
 	"mediator/localdev/gateway"
 	"mediator/localdev/localpg"
+	"mediator/localdev/mqtt"
 	locals3 "mediator/localdev/s3"
 	"mediator/shared/config"
 	"mediator/shared/httpapi"
 	"mediator/shared/publish"
+	"mediator/shared/push"
 	"mediator/shared/startup"
 	"mediator/shared/steplogs"
 	"mediator/shared/store"
@@ -46,6 +50,15 @@ type Options struct {
 	// set, when the functions use that bucket through the default AWS configuration, as
 	// deployed.
 	S3 *LocalS3
+	// Push, when set, has the handlers hint the agents to look now (shared/push): through
+	// IOT_DATA_ENDPOINT with PUSH_URL offered to the agents when those are set, as deployed;
+	// else through a local mosquitto and IoT data plane (localdev/mqtt) on free ports.
+	Push *LocalPush
+}
+
+// LocalPush is where the local broker keeps its config file and log.
+type LocalPush struct {
+	Dir string // "" for a temporary directory
 }
 
 // LocalS3 is where the local S3 listens and keeps its objects.
@@ -72,7 +85,11 @@ type Stack struct {
 	Database string
 	External bool // the database is DATABASE_URL's, not the local cluster's
 	// S3 is the local S3 keeping the steps' logs, when Options.S3 started one.
-	S3        *locals3.Server
+	S3 *locals3.Server
+	// Broker and DataPlane play IoT Core, when Options.Push started them.
+	Broker    *mqtt.Broker
+	DataPlane *mqtt.DataPlane
+	hinter    *push.Hinter
 	pg        *localpg.Server
 	publisher *publish.Publisher
 	logs      *steplogs.Bucket
@@ -140,7 +157,33 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 			return s, err
 		}
 	}
+	if o.Push != nil {
+		if err := s.openPush(ctx, *o.Push); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
+}
+
+// openPush gives the handlers a Hinter: IOT_DATA_ENDPOINT's, through the default AWS
+// configuration, when set; else a local broker's, whose data plane takes the local S3's
+// credentials as any.
+func (s *Stack) openPush(ctx context.Context, o LocalPush) error {
+	var err error
+	if s.Config.Push.DataEndpoint != "" {
+		s.hinter, err = startup.Hinter(ctx, s.Config, s.Log)
+		return err
+	}
+	if s.Broker, err = mqtt.Start(ctx, o.Dir); err != nil {
+		return fmt.Errorf("the local MQTT broker: %w", err)
+	}
+	if s.DataPlane, err = mqtt.ServeDataPlane(s.Broker); err != nil {
+		return err
+	}
+	s.Config.Push = config.Push{DataEndpoint: s.DataPlane.URL(), URL: s.Broker.URL()}
+	s.hinter, err = push.New(s.DataPlane.URL(), locals3.DefaultRegion,
+		credentials.NewStaticCredentialsProvider(locals3.DefaultAccessKeyID, locals3.DefaultSecretAccessKey, ""), s.Log)
+	return err
 }
 
 // openLogs gives the functions a log bucket: LOG_BUCKET's, when set, through the default AWS
@@ -217,7 +260,7 @@ func (s *Stack) Serve(port int, tokens *gateway.Tokens, jwt *gateway.JWTAuthoriz
 
 // Deps are what every handler is built from.
 func (s *Stack) Deps() startup.Deps {
-	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log, Publisher: s.publisher, Logs: s.logs}
+	return startup.Deps{Store: s.Store, Config: s.Config, Log: s.Log, Publisher: s.publisher, Logs: s.logs, Hinter: s.hinter}
 }
 
 // Wait blocks until the server stops or ctx ends.
@@ -248,6 +291,12 @@ func (s *Stack) Stop() {
 	}
 	if s.S3 != nil {
 		_ = s.S3.Close()
+	}
+	if s.DataPlane != nil {
+		s.DataPlane.Close()
+	}
+	if s.Broker != nil {
+		s.Broker.Stop()
 	}
 	if s.pg != nil && s.pg.Started {
 		if err := s.pg.Stop(context.Background()); err != nil && s.Log != nil {

@@ -296,6 +296,14 @@ type HeartbeatReply struct {
 	Lease                *HeldLease `json:"lease"`
 	Steps                []NodeStep `json:"steps"`
 	NextHeartbeatSeconds int        `json:"next_heartbeat_seconds"`
+	// Push, when the stack offers it, is where the node hears it should heartbeat now.
+	Push *Push `json:"push,omitempty"`
+}
+
+// Push is the broker and the node's own topic its hints come on.
+type Push struct {
+	URL   string `json:"url"`
+	Topic string `json:"topic"`
 }
 
 // NodeInfo is a node as the fleet records it (GET /v1/nodes, and each heartbeat's answer).

@@ -50,6 +50,19 @@ type Config struct {
 	// authorizes them by JWT.
 	Auth     auth.Settings
 	Database Database
+	// Push says where the hints that make nodes look now go (shared/push): both empty, or
+	// either, is push off for what is empty — the agents poll at their cadence as without it.
+	Push Push
+}
+
+// Push are the push hints' settings (DESIGN.md, Pushing work to agents).
+type Push struct {
+	// DataEndpoint is AWS IoT Core's data plane the handlers publish hints through
+	// (https://<prefix>-ats.iot.<region>.amazonaws.com); "" sends none.
+	DataEndpoint string // IOT_DATA_ENDPOINT
+	// URL is what the heartbeat's answer tells agents to connect to and subscribe on
+	// (wss://<prefix>-ats.iot.<region>.amazonaws.com/mqtt); "" offers none.
+	URL string // PUSH_URL
 }
 
 // Logs are the step logs' settings.
@@ -71,6 +84,11 @@ type Logs struct {
 const BucketPattern = `^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
 
 var bucketPattern = regexp.MustCompile(BucketPattern)
+
+var (
+	httpURL = regexp.MustCompile(`^https?://[^/\s]+(/\S*)?$`)
+	pushURL = regexp.MustCompile(`^(wss|ws|tcp)://[^/\s]+(/\S*)?$`)
+)
 
 // The step logs' bounds: a cap below a kibibyte or a tail longer than the cap would store
 // nothing the reader could use, and a flush past a minute would make a running step's log a
@@ -202,6 +220,10 @@ func Load(getenv func(string) string) (Config, error) {
 			AdminRole:  r.text("IAM_ADMIN_ROLE"),
 			NodeRole:   r.text("IAM_NODE_ROLE"),
 			AdminGroup: r.matching("JWT_ADMIN_GROUP", adminGroup, "a group name: 1 to 128 characters, no spaces"),
+		},
+		Push: Push{
+			DataEndpoint: r.matching("IOT_DATA_ENDPOINT", httpURL, "an http(s) URL: the account's IoT data endpoint"),
+			URL:          r.matching("PUSH_URL", pushURL, "a wss://, ws:// or tcp:// URL of an MQTT broker"),
 		},
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),

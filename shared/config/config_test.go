@@ -70,6 +70,9 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		// A role name that an unquoted identifier would fold to another name, or no name at all.
 		"DB_APP_USER": {"DB_APP_USER": "Mediator_App"},
 		// Not a bucket name: S3 would refuse it, and a presigned URL could not name it.
+		// The data plane is HTTPS; the agents' broker is MQTT over WebSocket (or TCP locally).
+		"IOT_DATA_ENDPOINT":      {"IOT_DATA_ENDPOINT": "abc-ats.iot.us-east-1.amazonaws.com"},
+		"PUSH_URL":               {"PUSH_URL": "https://abc-ats.iot.us-east-1.amazonaws.com/mqtt"},
 		"LOG_BUCKET":             {"LOG_BUCKET": "Mediator_Logs"},
 		"LOG_MAX_BYTES_PER_STEP": {"LOG_MAX_BYTES_PER_STEP": "100"},
 		// Longer than the cap it is the tail of.

@@ -37,6 +37,7 @@ func releaseHold(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	c.hintRun(res.Run)
 	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{})
 	return reply{http.StatusOK, runBody(res.Run)}, nil
 }
@@ -111,6 +112,8 @@ func cancel(c *call) (reply, error) {
 		}
 		res.CapacityAppeared = res.CapacityAppeared || len(checked.Opened) > 0
 	}
+	// Its nodes stop the steps they run at once, not at their next heartbeat.
+	c.hintRun(res.Run)
 	c.afterCommit([]string{res.Run.StoreKey()}, res.CapacityAppeared, store.WakeParams{}, checked.HealthChanged...)
 	if res.Settled {
 		return reply{http.StatusOK, runBody(res.Run)}, nil

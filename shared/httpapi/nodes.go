@@ -5,6 +5,7 @@ import (
 
 	"mediator/shared/auth"
 	"mediator/shared/problem"
+	"mediator/shared/push"
 	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
@@ -51,10 +52,14 @@ func heartbeat(c *call) (reply, error) {
 	if steps == nil {
 		steps = []store.NodeStep{}
 	}
-	return reply{http.StatusOK, map[string]any{
+	answer := map[string]any{
 		"node": res.Node, "lease": res.Lease, "steps": steps,
 		"next_heartbeat_seconds": int(c.d.Config.HeartbeatEvery().Seconds()),
-	}}, nil
+	}
+	if u := c.d.Config.Push.URL; u != "" {
+		answer["push"] = map[string]any{"url": u, "topic": push.Topic(nodeID)}
+	}
+	return reply{http.StatusOK, answer}, nil
 }
 
 // removeNode takes a node out of the fleet (admin). Its lease, if any, is released.
@@ -88,6 +93,8 @@ func drainNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	c.hintNodes(nodeID)
+	c.sendHints(store.WakeResult{}, store.WakeParams{})
 	return reply{http.StatusOK, map[string]any{"node": n}}, nil
 }
 

@@ -38,6 +38,7 @@ type call struct {
 	who   auth.Principal
 	runID string            // for the log line
 	query map[string]string // the query parameters, each once and declared by the endpoint
+	hints []string          // nodes to tell to look now after the commit (hint.go)
 }
 
 // reply is an endpoint's answer.
@@ -263,7 +264,8 @@ func (c *call) wake(p store.WakeParams) store.WakeResult {
 }
 
 // afterCommit is what a write does once its own transaction committed: wake the queue when
-// the write made room (with what it knows of the nodes it freed), then publish the events of
+// the write made room (with what it knows of the nodes it freed), tell the nodes given or
+// relieved of work to look now (sendHints, within push.Budget), then publish the events of
 // the runs it changed and of those the wake promoted, and of the nodes whose health it moved
 // (the store's HealthChanged), all within about a second (what it cannot send, the reaper
 // does). Neither changes the answer: the client's request already succeeded.
@@ -272,6 +274,7 @@ func (c *call) afterCommit(changed []string, madeRoom bool, freed store.WakePara
 	if madeRoom {
 		woke = c.wake(freed)
 	}
+	c.sendHints(woke, freed)
 	ctx, cancel := context.WithTimeout(c.ctx, publish.HandlerBudget)
 	defer cancel()
 	c.d.Publisher.Runs(ctx, append(changed, woke.Runs...)...)

@@ -69,6 +69,9 @@ func submit(c *call) (reply, error) {
 	// submit read it, with the run in it, and may place the run in its turn: then it is
 	// answered as placed, as the promotion left it. A run placed, refused or submitted before
 	// took no node from the queue and freed none: no wake.
+	if res.Outcome == store.Placed {
+		c.hintRun(res.Run)
+	}
 	woke := c.afterCommit([]string{res.Run.StoreKey()}, res.Outcome == store.Waiting, res.Wake)
 	if p, promoted := woke.Promotion(res.Run.StoreKey()); promoted && res.Outcome == store.Waiting {
 		res = res.Promoted(p)

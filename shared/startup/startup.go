@@ -21,6 +21,7 @@ import (
 	"mediator/shared/config"
 	"mediator/shared/dbcreds"
 	"mediator/shared/publish"
+	"mediator/shared/push"
 	"mediator/shared/steplogs"
 	"mediator/shared/store"
 )
@@ -35,6 +36,9 @@ type Deps struct {
 	Publisher *publish.Publisher
 	// Logs is the step logs' bucket; nil when LOG_BUCKET is empty (the stack keeps no logs).
 	Logs *steplogs.Bucket
+	// Hinter tells nodes to look now after a commit gives them work or takes it away; nil when
+	// IOT_DATA_ENDPOINT is empty (the nodes look at their cadence).
+	Hinter *push.Hinter
 }
 
 // Init prepares a function that serves requests: it refuses to start when the database's
@@ -48,6 +52,9 @@ func Init(name string) Deps {
 	}
 	if err == nil {
 		d.Logs, err = LogBucket(ctx, d.Config)
+	}
+	if err == nil {
+		d.Hinter, err = Hinter(ctx, d.Config, d.Log)
 	}
 	if err == nil {
 		err = CheckSchema(ctx, d.Store)
@@ -89,6 +96,20 @@ func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slo
 		return nil, fmt.Errorf("EVENT_BUS_NAME is set, but the AWS configuration cannot be loaded: %w", err)
 	}
 	return publish.New(eventbridge.NewFromConfig(awsCfg), cfg.EventBusName, st, log), nil
+}
+
+// Hinter is the push hints' publisher when IOT_DATA_ENDPOINT names IoT's data plane, else nil.
+// It signs with the function's own credentials, for the configuration's region; opts change
+// that configuration as the environment would (make dev's local stand-in).
+func Hinter(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...func(*awsconfig.LoadOptions) error) (*push.Hinter, error) {
+	if cfg.Push.DataEndpoint == "" {
+		return nil, nil
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("IOT_DATA_ENDPOINT is set, but the AWS configuration cannot be loaded: %w", err)
+	}
+	return push.New(cfg.Push.DataEndpoint, awsCfg.Region, awsCfg.Credentials, log)
 }
 
 // LogBucket is the step logs' bucket when LOG_BUCKET names one, else nil. Its S3 client takes

@@ -2,7 +2,8 @@
 //
 //	mediatorlocal serve     make dev: PostgreSQL, migrations, the API on 127.0.0.1, the reaper ticking,
 //	                        a local S3 keeping the steps' logs (S3_PORT, by default the API's + 2;
-//	                        its objects under .localdev/s3-dev); with AUTH=jwt, a local OAuth 2.0
+//	                        its objects under .localdev/s3-dev), a local MQTT broker pushing hints
+//	                        to the agents (mosquitto on a free port, .localdev/mqtt-dev); with AUTH=jwt, a local OAuth 2.0
 //	                        issuer beside it and the people's routes behind a JWT authorizer; with
 //	                        FRESH=1, on an emptied database
 //	mediatorlocal migrate   make migrate: the migrate function's code against the local database
@@ -105,6 +106,7 @@ func serve(ctx context.Context) error {
 	}
 	// Beside the cluster's folder, so that `make clean` removes it with the rest.
 	o.S3 = &devserver.LocalS3{Port: envInt("S3_PORT", port+2), Dir: filepath.Join(filepath.Dir(dir), "s3-dev")}
+	o.Push = &devserver.LocalPush{Dir: filepath.Join(filepath.Dir(dir), "mqtt-dev")}
 	s, err := devserver.Open(ctx, o)
 	defer s.Stop()
 	if err != nil {
@@ -161,6 +163,9 @@ func serve(ctx context.Context) error {
 	}
 	if s.S3 != nil {
 		fmt.Printf("  steps' logs: a local S3 on %s, bucket %s (S3_PORT; objects in .localdev/s3-dev)\n", s.S3.URL(), s.Config.Logs.Bucket)
+	}
+	if s.Broker != nil {
+		fmt.Printf("  push: hints to the agents through a local mosquitto on %s (IoT's data plane at %s)\n", s.Broker.URL(), s.DataPlane.URL())
 	} else {
 		fmt.Printf("  steps' logs: bucket %s (LOG_BUCKET)\n", s.Config.Logs.Bucket)
 	}

@@ -1,0 +1,119 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"mediator/localdev/apitest"
+	"mediator/shared/push"
+)
+
+// hints listens on every node's hint topic of a test's broker.
+type hints struct {
+	t   *testing.T
+	env *apitest.Env
+	got chan string
+}
+
+func listenHints(t *testing.T, env *apitest.Env) *hints {
+	t.Helper()
+	h := &hints{t: t, env: env, got: make(chan string, 64)}
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(env.Broker.URL()).SetClientID("listener-" + t.Name()))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	tok := c.Subscribe("mediator/nodes/+/hint", 1, func(_ paho.Client, m paho.Message) {
+		node := strings.TrimSuffix(strings.TrimPrefix(m.Topic(), "mediator/nodes/"), "/hint")
+		h.got <- node
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return h
+}
+
+// since is the nodes hinted since the last call: it hints a sentinel through the same data
+// plane and takes what came before it, since the one publisher's messages arrive in order.
+func (h *hints) since() []string {
+	h.t.Helper()
+	h.env.Deps.Hinter.Hint(context.Background(), "sentinel")
+	var nodes []string
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case n := <-h.got:
+			if n == "sentinel" {
+				slices.Sort(nodes)
+				return nodes
+			}
+			nodes = append(nodes, n)
+		case <-deadline:
+			h.t.Fatalf("the sentinel hint never came; got %v", nodes)
+		}
+	}
+}
+
+func (h *hints) expect(what string, want ...string) {
+	h.t.Helper()
+	if got := h.since(); !slices.Equal(got, want) {
+		h.t.Fatalf("%s: hinted %v, want %v", what, got, want)
+	}
+}
+
+// The handlers hint exactly the nodes whose work their commit changed, after it: a placing
+// submit the node placed on, a cancel the run's nodes, a wake the nodes it placed on, a drain
+// the drained node, a hold's release its nodes; a routine heartbeat nobody. The heartbeat's
+// answer offers the broker and the node's own topic.
+func TestHintsFollowTheCommitsThatChangeANodesWork(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Push())
+	h := listenHints(t, env)
+	resp, _ := env.Beat("A", "boot-1", false, "board")
+	var body struct {
+		Push *struct{ URL, Topic string } `json:"push"`
+	}
+	if err := json.Unmarshal(resp.Body, &body); err != nil || body.Push == nil ||
+		body.Push.URL != env.Broker.URL() || body.Push.Topic != push.Topic("A") {
+		t.Fatalf("the heartbeat's push: %s", resp.Body)
+	}
+	env.Beat("B", "boot-1", false, "board")
+	h.expect("heartbeats of new nodes (the wake placed nothing)")
+
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("r1", "board", "s1"))
+	onR1 := getRun(t, env, "r1").Assigned["main"]
+	h.expect("a placing submit", onR1)
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("r2", "board", "s1"))
+	onR2 := getRun(t, env, "r2").Assigned["main"]
+	h.expect("a second placing submit", onR2)
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("queued", "board", "s1"))
+	h.expect("a submit that queued")
+	env.Beat(onR1, "boot-1", false, "board")
+	h.expect("a routine heartbeat")
+
+	env.Report(onR1, "boot-1", env.Epoch(onR1), "r1", "s1", "started")
+	if resp := env.Do(alice, "POST", "/v1/runs/r1/cancel", nil); resp.Status != 202 {
+		t.Fatalf("cancel: %s", resp)
+	}
+	h.expect("a cancel of a running step", onR1)
+
+	// A forced cancel frees r2's node, and the wake places the queued run there: one hint.
+	if resp := env.Do(apitest.Admin, "POST", "/v1/runs/r2/cancel", map[string]any{"force": true}); resp.Status != 200 {
+		t.Fatalf("force: %s", resp)
+	}
+	h.expect("a forced cancel whose wake placed the queued run", onR2)
+	if got := getRun(t, env, "queued").Assigned["main"]; got != onR2 {
+		t.Fatalf("the queued run went to %q", got)
+	}
+
+	if resp := env.Do(apitest.Admin, "POST", "/v1/nodes/"+onR1+"/drain", nil); resp.Status != 200 {
+		t.Fatalf("drain: %s", resp)
+	}
+	h.expect("a drain", onR1)
+}
