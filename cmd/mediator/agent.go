@@ -120,7 +120,15 @@ what left its process group outlives a crash of the agent.
 The first SIGTERM or SIGINT drains: no new work, the lease held finished and reported, exit 0.
 A second cancels the steps running (SIGTERM, SIGKILL after --cancel-grace, reported cancelled)
 and exits 130 within --cancel-grace and a second, reported or not; a third kills them at once. An admin's drain (mediator drain) stops new work
-without stopping the agent.`,
+without stopping the agent.
+
+When the heartbeat's answer offers push (the stack's MQTT broker, AWS IoT Core as deployed,
+and the node's own topic), the agent keeps a connection to it — over WebSocket signed with
+the node's own AWS credentials, as its heartbeats are — and heartbeats at once on any message
+there: a run placed on the node starts, and a cancel stops its step, within about a second
+instead of at the next heartbeat. A message says only "look now"; the heartbeat's answer
+stays the truth. Without the connection (refused, lost, not offered) the agent heartbeats at
+its cadence as it always does, and connects again with backoff (at most 30 s apart).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := agentLog(a, logFormat, logLevel)
@@ -179,6 +187,9 @@ without stopping the agent.`,
 				return err
 			}
 			cfg.Log = log
+			if s, ok := cfg.API.Auth().(*client.SigV4); ok {
+				cfg.PushSigner = s
+			}
 			if code := agent.Run(cfg); code != 0 {
 				return exitWith(code)
 			}

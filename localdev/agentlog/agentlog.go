@@ -102,6 +102,19 @@ func (l *Log) Index(msg string, attrs ...string) int {
 	return -1
 }
 
+// Count is how many records have msg and attrs, whatever Wait consumed.
+func (l *Log) Count(msg string, attrs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, rec := range l.records {
+		if Matches(rec, msg, attrs...) {
+			n++
+		}
+	}
+	return n
+}
+
 // Record is the record at i (see Index).
 func (l *Log) Record(i int) map[string]any {
 	l.mu.Lock()

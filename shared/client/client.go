@@ -133,6 +133,10 @@ func New(base string, opts ...Option) (*Client, error) {
 // Base is the API's URL.
 func (c *Client) Base() string { return c.base.String() }
 
+// Auth is how the client authorizes its calls: the agent signs its push connection with the
+// same credentials when they are SigV4's.
+func (c *Client) Auth() Auth { return c.auth }
+
 // call is one API call: what to send, and which statuses answer it (any other is an *Error).
 type call struct {
 	method string

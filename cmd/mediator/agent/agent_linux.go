@@ -34,7 +34,8 @@ type Agent struct {
 	groups  *groups
 	cgroups *cgroups // nil: steps are tracked by their process groups and the subreaper alone
 	out     *outputs
-	steps   string // the steps' own directories
+	push    *pusher // the connection hints come on (push_linux.go)
+	steps   string  // the steps' own directories
 	// kept holds the directories of failed steps whose run keeps its boards for a post-mortem
 	// (keep_on_failure), each named <run>+<step>+<attempt>: kept while the node holds the run
 	// or its debug hold, across a restart (a person rebooting the board), removed after.
@@ -193,6 +194,7 @@ func start(cfg Config) (*Agent, int) {
 	}
 	a.log = log.With("boot", a.boot)
 	a.groups = newGroups(dirs["pgroups"], a.log)
+	a.push = newPusher(cfg.NodeID, cfg.PushSigner, a.log)
 	a.out = &outputs{dir: dirs["output"], keep: max(cfg.KeepOutputs, 1), keepBytes: cfg.KeepOutputBytes, busy: map[string]int{}}
 	a.log.Info("agent starting", "node", cfg.NodeID, "labels", labels, "work_dir", cfg.WorkDir, "api", cfg.API.Base())
 	if err := BecomeSubreaper(); err != nil {
@@ -282,6 +284,11 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 			a.heartbeat()
 		case <-a.guard.C:
 			a.guardFired()
+		case <-a.push.hints:
+			// Only the timing changes: the heartbeat's answer says what there is to do. One in
+			// flight is followed by one more (heartbeat), never by more than one.
+			a.log.Debug("hint: heartbeating now")
+			a.heartbeatNow()
 		case <-a.health.timer.C:
 			a.healthTick()
 		case <-a.hardStop:
@@ -303,6 +310,7 @@ func (a *Agent) loop(sigs <-chan os.Signal) int {
 		a.checkExit()
 	}
 	a.endHealth()
+	a.push.close()
 	if a.cgroups != nil {
 		a.cgroups.release()
 	}
@@ -426,6 +434,7 @@ func (a *Agent) heartbeatDone(d heartbeatDone) {
 	a.log.Debug("heartbeat answered", "lease", hb.Lease, "steps", len(hb.Steps), "draining", hb.Node.Draining)
 	a.noteDrain(hb.Node)
 	a.noteHealth(hb.Node)
+	a.push.offer(hb.Push)
 	a.tidyKept(hb.Lease)
 	a.reconcile(d)
 	next := a.interval - time.Since(d.start)

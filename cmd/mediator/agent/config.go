@@ -41,7 +41,10 @@ type Config struct {
 	// quarantines itself.
 	MinFree MinFree
 	API     *client.Client
-	Log     *slog.Logger
+	// PushSigner, when the API is IAM's, signs the push connection (a wss:// broker, IoT
+	// Core) with the node's own credentials, as its heartbeats are.
+	PushSigner *client.SigV4
+	Log        *slog.Logger
 }
 
 // Cgroup modes (Config.Cgroups), here rather than beside the cgroup code, which is Linux's
