@@ -135,6 +135,9 @@ func TestNodeRoleMayOnlyHeartbeatAndReport(t *testing.T) {
 	policies := path(get(tmpl, "Resources"), "NodeRole", "Properties", "Policies")
 	var patterns []string
 	for _, p := range policies.Content {
+		if p.Tag == "!If" {
+			continue // the push hints' (TestNodeRoleHearsOnlyItsOwnHints)
+		}
 		for _, s := range statements(get(p, "PolicyDocument")) {
 			if !slices.Equal(scalars(get(s, "Action")), []string{"execute-api:Invoke"}) {
 				t.Errorf("the node role may %v", scalars(get(s, "Action")))
@@ -295,4 +298,41 @@ func contains(root, n *yaml.Node) bool {
 	found := false
 	walk(root, func(m *yaml.Node) { found = found || m == n })
 	return found
+}
+
+// On IoT Core a node may connect as its own node id, and subscribe to and receive its own hint
+// topic: nothing else, and never publish (a hint from a node to another would be a forgery
+// costing the other a heartbeat; none can send one).
+func TestNodeRoleHearsOnlyItsOwnHints(t *testing.T) {
+	t.Parallel()
+	tmpl := loadFile(t, "access.yaml")
+	policies := path(get(tmpl, "Resources"), "NodeRole", "Properties", "Policies")
+	prefix := "arn:${AWS::Partition}:iot:${AWS::Region}:${AWS::AccountId}:"
+	node := "${!aws:PrincipalTag/x509Subject/CN}"
+	want := map[string]string{
+		"iot:Connect":   prefix + "client/" + node,
+		"iot:Subscribe": prefix + "topicfilter/mediator/nodes/" + node + "/hint",
+		"iot:Receive":   prefix + "topic/mediator/nodes/" + node + "/hint",
+	}
+	got := map[string]string{}
+	for _, p := range policies.Content {
+		if p.Tag != "!If" || len(p.Content) != 3 || p.Content[0].Value != "HasLabCa" {
+			continue
+		}
+		for _, s := range statements(get(p.Content[1], "PolicyDocument")) {
+			actions, resources := scalars(get(s, "Action")), scalars(get(s, "Resource"))
+			if get(s, "Effect").Value != "Allow" || len(actions) != 1 || len(resources) != 1 || get(s, "Condition") != nil {
+				t.Fatalf("a push statement of another shape: %v on %v", actions, resources)
+			}
+			got[actions[0]] = resources[0]
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the node role's IoT permissions: %v, want %v", got, want)
+	}
+	for a, r := range want {
+		if got[a] != r {
+			t.Errorf("%s on %q, want %q", a, got[a], r)
+		}
+	}
 }

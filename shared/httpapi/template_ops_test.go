@@ -34,6 +34,9 @@ var functionPolicies = []struct {
 		"they publish run events: the writes' handlers after their commit (httpapi's afterCommit: submit, the heartbeat, " +
 			"node removal and drains, step reports, cancels and priorities), the reaper what is left (publish.Stale). " +
 			"query only reads; migrate turns the outbox on or off in the database, and publishes nothing"},
+	{"PushPolicy", []string{"submit", "nodes", "result", "cancel"}, func(p map[string]string) bool { return p["IotDataEndpoint"] != "" },
+		"they push hints after their commit (httpapi's afterCommit and sendHints: a placing submit, a wake's placements, a cancel, " +
+			"a hold's release, a drain): iot:Publish on the nodes' hint topics. query, reap and migrate send none"},
 	// A presigned URL can do only what its signer may: each function's role is what the URLs it
 	// signs, and the requests it sends itself, need of the log bucket (shared/steplogs).
 	{"LogWritePolicy", []string{"result"}, always,
@@ -101,6 +104,14 @@ func policyFindings(t *testing.T, cfn map[string]any, resolve cfnEval, params ma
 	}
 	if params["EventBusName"] != "" && cfnAt(resources, "EventsPolicy", "Properties", "PolicyDocument", "Statement") == nil {
 		out = append(out, "no EventsPolicy")
+	}
+	if params["IotDataEndpoint"] != "" {
+		// Publish only, and only to the nodes' hint topics: never a subscription, never
+		// another topic of the account's.
+		want := `[map[Action:iot:Publish Effect:Allow Resource:map[Fn::Sub:arn:${AWS::Partition}:iot:${AWS::Region}:${AWS::AccountId}:topic/mediator/nodes/*]]]`
+		if got := fmt.Sprint(cfnAt(resources, "PushPolicy", "Properties", "PolicyDocument", "Statement")); got != want {
+			out = append(out, "PushPolicy: "+got)
+		}
 	}
 	return out
 }

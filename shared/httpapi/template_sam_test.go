@@ -147,8 +147,10 @@ func TestTemplateTransformsToTheRouteTable(t *testing.T) {
 			t.Parallel()
 			params := withParams(passwordMode, "AuthorizerType", authorizer)
 			if authorizer == "JWT" {
-				// and a bus to publish run events to, so both ways of the events' wiring run
-				params = withParams(params, append(slices.Clone(jwtParams), "EventBusName", "mediator-events")...)
+				// and a bus to publish run events to, and IoT Core to push hints through, so both
+				// ways of the events' and the hints' wiring run
+				params = withParams(params, append(slices.Clone(jwtParams), "EventBusName", "mediator-events",
+					"IotDataEndpoint", "abc123example-ats.iot.us-east-1.amazonaws.com")...)
 			}
 			cfn := transformed(t, params)
 			values, err := parameterValues(tpl, params)
