@@ -622,3 +622,28 @@ func TestTheVpcParameterSaysWhatDNSItNeeds(t *testing.T) {
 		}
 	}
 }
+
+// With the SAM stack pushing hints from private subnets, the functions reach IoT Core's data
+// plane through an interface endpoint of their own, on 443 only, and the account's data
+// endpoint host resolves to it inside the VPC; without IotDataEndpoint none of it exists.
+func TestTheFunctionsReachIoTCoreOnlyWhenTheyPush(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	res := get(tmpl, "Resources")
+	for _, id := range []string{"FunctionEgressToIotData", "IotDataEndpointSecurityGroup", "IotDataVpcEndpoint", "IotDataHostedZone", "IotDataRecord"} {
+		if c := path(res, id, "Condition"); c == nil || c.Value != "HasIotDataEndpoint" {
+			t.Errorf("%s: not under HasIotDataEndpoint", id)
+		}
+	}
+	if v := path(res, "IotDataVpcEndpoint", "Properties", "ServiceName"); v == nil || v.Value != "com.amazonaws.${AWS::Region}.iot.data" {
+		t.Errorf("the endpoint's service: %v", v)
+	}
+	ingress := path(res, "IotDataEndpointSecurityGroup", "Properties", "SecurityGroupIngress")
+	if ingress == nil || len(ingress.Content) != 1 || get(ingress.Content[0], "FromPort").Value != "443" ||
+		get(ingress.Content[0], "SourceSecurityGroupId") == nil {
+		t.Error("the endpoint's group must admit the functions' group on 443 alone")
+	}
+	if target, _ := refTarget(path(res, "IotDataHostedZone", "Properties", "Name")); target != "IotDataEndpoint" {
+		t.Error("the hosted zone must be the IotDataEndpoint host")
+	}
+}
