@@ -151,12 +151,14 @@ func (p *pusher) connect(ctx context.Context, o client.Push, lost chan<- error) 
 	if err := wait(c.Connect()); err != nil {
 		return nil, err
 	}
-	tok := c.Subscribe(o.Topic, 1, func(paho.Client, paho.Message) { p.hint() })
+	// QoS 0: a hint lost is a heartbeat at the cadence, and IoT Core meters every PUBACK a
+	// device sends as a message of its own, which would double what push costs.
+	tok := c.Subscribe(o.Topic, 0, func(paho.Client, paho.Message) { p.hint() })
 	err := wait(tok)
 	if err == nil {
 		// A broker that refuses the topic (an IoT policy that does not allow it) says so in the
 		// SUBACK's code, not by an error.
-		if q, ok := tok.(*paho.SubscribeToken).Result()[o.Topic]; !ok || q > 2 {
+		if q, ok := tok.(*paho.SubscribeToken).Result()[o.Topic]; !ok || q > 1 {
 			err = fmt.Errorf("the broker refused the subscription to %s", o.Topic)
 		}
 	}
