@@ -183,7 +183,7 @@ func TestTheClientCallsEveryRouteServed(t *testing.T) {
 // The table names the methods: each exists, and each exported method that calls the API is
 // in it.
 func TestTheOperationsTableIsTheClientsMethods(t *testing.T) {
-	helpers := []string{"Base", "RunPages", "ForOwner"} // no route of their own
+	helpers := []string{"Base", "Auth", "RunPages", "ForOwner"} // no route of their own
 	typ := reflect.TypeFor[*client.Client]()
 	named := map[string]bool{}
 	for _, op := range client.Operations {

@@ -58,10 +58,12 @@ type Config struct {
 // Push are the push hints' settings (DESIGN.md, Pushing work to agents).
 type Push struct {
 	// DataEndpoint is AWS IoT Core's data plane the handlers publish hints through
-	// (https://<prefix>-ats.iot.<region>.amazonaws.com); "" sends none.
+	// (https://<prefix>-ats.iot.<region>.amazonaws.com; a bare host is taken as https://<host>,
+	// as the template passes it); "" sends none.
 	DataEndpoint string // IOT_DATA_ENDPOINT
 	// URL is what the heartbeat's answer tells agents to connect to and subscribe on
-	// (wss://<prefix>-ats.iot.<region>.amazonaws.com/mqtt); "" offers none.
+	// (wss://<prefix>-ats.iot.<region>.amazonaws.com/mqtt; a bare host is taken as
+	// wss://<host>/mqtt, IoT Core's WebSocket path); "" offers none.
 	URL string // PUSH_URL
 }
 
@@ -86,9 +88,18 @@ const BucketPattern = `^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
 var bucketPattern = regexp.MustCompile(BucketPattern)
 
 var (
-	httpURL = regexp.MustCompile(`^https?://[^/\s]+(/\S*)?$`)
-	pushURL = regexp.MustCompile(`^(wss|ws|tcp)://[^/\s]+(/\S*)?$`)
+	httpURL  = regexp.MustCompile(`^(https?://[^/\s]+(/\S*)?|[A-Za-z0-9.-]+)$`)
+	pushURL  = regexp.MustCompile(`^((wss|ws|tcp)://[^/\s]+(/\S*)?|[A-Za-z0-9.-]+)$`)
+	bareHost = regexp.MustCompile(`^[A-Za-z0-9.-]+$`)
 )
+
+// withScheme makes a bare host name a URL: scheme, the host, path.
+func withScheme(v, scheme, path string) string {
+	if bareHost.MatchString(v) {
+		return scheme + v + path
+	}
+	return v
+}
 
 // The step logs' bounds: a cap below a kibibyte or a tail longer than the cap would store
 // nothing the reader could use, and a flush past a minute would make a running step's log a
@@ -222,8 +233,8 @@ func Load(getenv func(string) string) (Config, error) {
 			AdminGroup: r.matching("JWT_ADMIN_GROUP", adminGroup, "a group name: 1 to 128 characters, no spaces"),
 		},
 		Push: Push{
-			DataEndpoint: r.matching("IOT_DATA_ENDPOINT", httpURL, "an http(s) URL: the account's IoT data endpoint"),
-			URL:          r.matching("PUSH_URL", pushURL, "a wss://, ws:// or tcp:// URL of an MQTT broker"),
+			DataEndpoint: withScheme(r.matching("IOT_DATA_ENDPOINT", httpURL, "an http(s) URL or a host name: the account's IoT data endpoint"), "https://", ""),
+			URL:          withScheme(r.matching("PUSH_URL", pushURL, "a wss://, ws:// or tcp:// URL of an MQTT broker, or a host name"), "wss://", "/mqtt"),
 		},
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),

@@ -45,6 +45,12 @@ func TestDefaultsAndDerivedValues(t *testing.T) {
 	if c.Logs != (config.Logs{Bucket: "mediator-logs.1", MaxBytesPerStep: 1 << 20, TailBytes: 1 << 20, Flush: 500 * time.Millisecond}) {
 		t.Fatalf("step logs' settings: %+v", c.Logs)
 	}
+	// The template passes the IoT endpoint's host to both: its data plane, and its WebSocket.
+	host := "abc123-ats.iot.us-east-1.amazonaws.com"
+	if c, err = config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "IOT_DATA_ENDPOINT": host, "PUSH_URL": host})); err != nil ||
+		c.Push != (config.Push{DataEndpoint: "https://" + host, URL: "wss://" + host + "/mqtt"}) {
+		t.Fatalf("push from a host: %+v %v", c.Push, err)
+	}
 	c, err = config.Load(env(map[string]string{"DATABASE_URL": "postgres://x/y", "LEASE_TTL_SECONDS": "90"}))
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +77,7 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 		"DB_APP_USER": {"DB_APP_USER": "Mediator_App"},
 		// Not a bucket name: S3 would refuse it, and a presigned URL could not name it.
 		// The data plane is HTTPS; the agents' broker is MQTT over WebSocket (or TCP locally).
-		"IOT_DATA_ENDPOINT":      {"IOT_DATA_ENDPOINT": "abc-ats.iot.us-east-1.amazonaws.com"},
+		"IOT_DATA_ENDPOINT":      {"IOT_DATA_ENDPOINT": "ftp://abc-ats.iot.us-east-1.amazonaws.com"},
 		"PUSH_URL":               {"PUSH_URL": "https://abc-ats.iot.us-east-1.amazonaws.com/mqtt"},
 		"LOG_BUCKET":             {"LOG_BUCKET": "Mediator_Logs"},
 		"LOG_MAX_BYTES_PER_STEP": {"LOG_MAX_BYTES_PER_STEP": "100"},
