@@ -46,7 +46,6 @@ type pusher struct {
 	hints  chan struct{}
 	cur    client.Push
 	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 func newPusher(nodeID string, signer *client.SigV4, log *slog.Logger) *pusher {
@@ -65,17 +64,19 @@ func (p *pusher) offer(o *client.Push) {
 	}
 	p.cur = *o
 	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan struct{})
-	go p.keep(ctx, *o, p.done)
+	p.cancel = cancel
+	go p.keep(ctx, *o)
 }
 
+// close ends the connection without waiting for it: a connect under way may take its whole
+// timeout, and the agent's exit must not (a second signal's steps have their grace and a
+// second). A connection it leaves for a moment only costs a hint the loop no longer reads.
 func (p *pusher) close() {
 	if p.cancel == nil {
 		return
 	}
 	p.cancel()
-	<-p.done
-	p.cancel, p.done, p.cur = nil, nil, client.Push{}
+	p.cancel, p.cur = nil, client.Push{}
 }
 
 // hint tells the loop to heartbeat now; one already waiting covers this one.
@@ -89,12 +90,15 @@ func (p *pusher) hint() {
 // keep connects, and connects again with capped exponential backoff and jitter whenever the
 // connection is refused or lost, until ctx ends. A reconnect is followed by a hint: what was
 // pushed while it was down is looked at now rather than at the next heartbeat.
-func (p *pusher) keep(ctx context.Context, o client.Push, done chan<- struct{}) {
-	defer close(done)
+func (p *pusher) keep(ctx context.Context, o client.Push) {
 	failures, connected := 0, false
 	for ctx.Err() == nil {
 		lost := make(chan error, 1)
 		c, err := p.connect(ctx, o, lost)
+		if err == nil && ctx.Err() != nil {
+			c.Disconnect(0)
+			return
+		}
 		if err != nil {
 			failures++
 			wait := backoff(failures, pushBackoffCeiling)

@@ -17,7 +17,7 @@ import (
 // from this tree, real agent processes, real steps — against a Mediator of the test's own: a
 // database of its own, the real handlers behind the local gateway, the demo's lease TTL. The
 // play waits on the agents' logs and on the API, never on the clock; its deadline only turns
-// a hang into a failure.
+// a hang into a failure. The stack pushes hints to the agents, as make demo's does.
 func TestDemoPlaysEveryAct(t *testing.T) {
 	base := serve(t)
 	bin, err := buildMediator(context.Background(), t.TempDir())
@@ -67,7 +67,7 @@ func TestDemoPlaysEveryAct(t *testing.T) {
 // lease TTL the demo's own stack has.
 func serve(t *testing.T) string {
 	t.Helper()
-	return apitest.New(t, apitest.Configure(func(c *config.Config) { c.LeaseTTL = leaseTTL })).Serve()
+	return apitest.New(t, apitest.Push(), apitest.Configure(func(c *config.Config) { c.LeaseTTL = leaseTTL })).Serve()
 }
 
 // lockedBuffer is what the play prints, read once the agents are stopped.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"mediator/shared/client"
 )
@@ -96,6 +97,10 @@ func (p *play) startAgent(ctx context.Context, what, node string, labels ...stri
 	if _, err := a.waitFor(ctx, "heartbeating"); err != nil {
 		return p.stepErr(what, err)
 	}
+	// Then it subscribes to its hints: a run placed on it from now on starts at once.
+	if _, err := a.waitFor(ctx, "push connected"); err != nil {
+		return p.stepErr(what, err)
+	}
 	fleet, err := p.admin.ListNodes(ctx)
 	if err != nil {
 		return p.stepErr(what, err)
@@ -128,12 +133,18 @@ func (p *play) gate(ctx context.Context) error {
 	if err := p.startAgent(ctx, "start rpi-A's agent (board=rpi4); the fleet shows it", "rpi-A", "board=rpi4"); err != nil {
 		return err
 	}
+	submitted := time.Now()
 	if err := p.submit(ctx, "submit a (needs board=rpi4, step test: sleep 2)", "201 RUNNING on rpi-A",
 		oneStep("a", "test", "sleep 2", 0)); err != nil {
 		return err
 	}
-	if _, err := p.nodes["rpi-A"].waitFor(ctx, "step started", "run", "a"); err != nil {
+	rec, err := p.nodes["rpi-A"].waitFor(ctx, "step started", "run", "a")
+	if err != nil {
 		return p.stepErr("rpi-A starts a/test", err)
+	}
+	if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["time"])); err == nil {
+		p.narrate(fmt.Sprintf("rpi-A started a/test %d ms after the submit: the handler's hint woke its agent (its next heartbeat was up to %s away)",
+			at.Sub(submitted).Milliseconds(), leaseTTL/3))
 	}
 	// b's step takes a second so that b is seen RUNNING on rpi-A before it is done.
 	if err := p.submit(ctx, "submit b (needs board=rpi4, step test: sleep 1)", "202 QUEUED (queue position 0)",

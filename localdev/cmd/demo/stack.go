@@ -19,7 +19,7 @@ func startStack(ctx context.Context) (*devserver.Stack, error) {
 		return &devserver.Stack{}, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := devserver.Open(ctx, devserver.Options{Cluster: "demo", Database: "mediator_demo", Fresh: true, Log: log})
+	s, err := devserver.Open(ctx, devserver.Options{Cluster: "demo", Database: "mediator_demo", Fresh: true, Log: log, Push: &devserver.LocalPush{}})
 	if err != nil {
 		return s, err
 	}
