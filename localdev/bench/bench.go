@@ -18,6 +18,7 @@ import (
 	"mediator/localdev/gateway"
 	"mediator/localdev/pgcount"
 	"mediator/shared/auth"
+	"mediator/shared/config"
 	"mediator/shared/httpapi"
 	"mediator/shared/startup"
 	"mediator/shared/store"
@@ -78,15 +79,28 @@ type call struct {
 
 // do calls the stack's handlers, configured as the environment says.
 func (b *bench) do(ctx context.Context, who auth.Principal, method, target string, body any) call {
-	b.once.Do(func() { b.api = newAPI(b.stack.Deps()) })
+	b.once.Do(func() { b.api = newAPI(withoutPush(b.stack.Deps())) })
 	return b.api.do(ctx, who, method, target, body)
+}
+
+// withoutPush is d as a stack without push builds it: every section but push's measures the
+// handlers as they were before it, and their hints would go to no one.
+func withoutPush(d startup.Deps) startup.Deps {
+	d.Hinter, d.Config.Push = nil, config.Push{}
+	return d
 }
 
 // withLeaseTTL is the handlers as a function deployed with another LEASE_TTL_SECONDS would
 // build them (so advertising another heartbeat cadence, LEASE_TTL/3), over the same pool: the
 // store takes its lease and advert lengths from the settings it is built with.
-func (b *bench) withLeaseTTL(ttl time.Duration) *api {
+func (b *bench) withLeaseTTL(ttl time.Duration) *api { return b.withLeaseTTLPush(ttl, false) }
+
+// withLeaseTTLPush is withLeaseTTL, with the stack's push when push is true.
+func (b *bench) withLeaseTTLPush(ttl time.Duration, push bool) *api {
 	d := b.stack.Deps()
+	if !push {
+		d = withoutPush(d)
+	}
 	d.Config.LeaseTTL = ttl
 	d.Store = store.New(d.Store.Pool(), startup.Settings(d.Config), d.Log)
 	return newAPI(d)

@@ -35,7 +35,7 @@ var (
 	outDir  = flag.String("out", "out", "where results.md, results.json and results.png go (fleet.md and fleet.json with -fleet)")
 	seconds = flag.Int("seconds", 10, "length of each throughput section")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	only    = flag.String("only", "", "run only these sections, comma-separated (alone,wake,submit,pickup,lifecycle,lifecycle-queued,pgbench,river)")
+	only    = flag.String("only", "", "run only these sections, comma-separated (alone,wake,submit,pickup,push,lifecycle,lifecycle-queued,pgbench,river)")
 	fleet   = flag.Bool("fleet", false, "instead of the sections, a fleet of -fleet-nodes heartbeating at the advertised cadence while runs flow (make bench-fleet)")
 	fleetN  = flag.Int("fleet-nodes", 10000, "how many nodes -fleet simulates")
 	fleetW  = flag.Duration("fleet-window", 60*time.Second, "how long -fleet measures, after one heartbeat cycle of ramp")
@@ -74,7 +74,7 @@ func run(ctx context.Context) error {
 		tracer = append(tracer, prof)
 	}
 	s, err := devserver.Open(ctx, devserver.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet,
-		Tracer: tracer, Settings: statementSettings})
+		Tracer: tracer, Settings: statementSettings, Push: &devserver.LocalPush{}})
 	defer s.Stop()
 	if err != nil {
 		return err
@@ -97,6 +97,10 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("fleet: %w", err)
 		}
 		prof.report(ctx, "fleet")
+		fmt.Printf("… push\n")
+		if err := b.push(ctx, 200); err != nil {
+			return fmt.Errorf("push: %w", err)
+		}
 		return b.write("fleet", "make bench-fleet", began)
 	}
 	steps := []struct {
@@ -107,6 +111,7 @@ func run(ctx context.Context) error {
 		{"wake", b.wakes},  // it needs the queue to itself
 		{"submit", b.submits},
 		{"pickup", b.pickup},
+		{"push", func(ctx context.Context) error { return b.push(ctx, 20) }},
 		{"lifecycle", b.lifecycle},
 		{"lifecycle-queued", b.lifecycleQueued},
 		{"pgbench", b.pgbench},
