@@ -50,6 +50,22 @@ type Config struct {
 	// authorizes them by JWT.
 	Auth     auth.Settings
 	Database Database
+	// Console is how the web console (/console/) signs people in.
+	Console Console
+}
+
+// Console is how the web console signs people in, as GET /console/config.json tells it.
+type Console struct {
+	// SignIn is "token" (a bearer token pasted into a form: the local gateway's development
+	// tokens), "jwt" (OAuth 2.0 authorization code with PKCE against the issuer below) or
+	// "iam" (SigV4, which a browser cannot sign: the console points to the CLI).
+	SignIn string // CONSOLE_SIGN_IN
+	// The issuer's endpoints and the people's public app client, with the scopes it asks for
+	// (JWT only).
+	AuthorizeURL string // CONSOLE_AUTHORIZE_URL
+	TokenURL     string // CONSOLE_TOKEN_URL
+	ClientID     string // CONSOLE_CLIENT_ID
+	Scopes       string // CONSOLE_SCOPES, space-separated
 }
 
 // Logs are the step logs' settings.
@@ -71,6 +87,10 @@ type Logs struct {
 const BucketPattern = `^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
 
 var bucketPattern = regexp.MustCompile(BucketPattern)
+
+// endpointURL is an OAuth endpoint the console is sent to: http(s), no spaces or quotes (it
+// goes into a Content-Security-Policy by its origin).
+var endpointURL = regexp.MustCompile(`^https?://[^\s'";,]+$`)
 
 // The step logs' bounds: a cap below a kibibyte or a tail longer than the cap would store
 // nothing the reader could use, and a flush past a minute would make a running step's log a
@@ -203,6 +223,13 @@ func Load(getenv func(string) string) (Config, error) {
 			NodeRole:   r.text("IAM_NODE_ROLE"),
 			AdminGroup: r.matching("JWT_ADMIN_GROUP", adminGroup, "a group name: 1 to 128 characters, no spaces"),
 		},
+		Console: Console{
+			SignIn:       r.oneOf("CONSOLE_SIGN_IN", "token", "token", "jwt", "iam"),
+			AuthorizeURL: r.matching("CONSOLE_AUTHORIZE_URL", endpointURL, "an http(s) URL"),
+			TokenURL:     r.matching("CONSOLE_TOKEN_URL", endpointURL, "an http(s) URL"),
+			ClientID:     r.text("CONSOLE_CLIENT_ID"),
+			Scopes:       r.textOr("CONSOLE_SCOPES", "openid mediator/client"),
+		},
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),
 			SecretARN:        r.text("DB_SECRET_ARN"),
@@ -307,6 +334,14 @@ type reader struct {
 }
 
 func (r *reader) text(name string) string { return strings.TrimSpace(r.getenv(name)) }
+
+// textOr is text with a default for an unset variable.
+func (r *reader) textOr(name, def string) string {
+	if v := r.text(name); v != "" {
+		return v
+	}
+	return def
+}
 
 func (r *reader) fail(name, want, got string) {
 	if r.err == nil {

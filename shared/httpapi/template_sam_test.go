@@ -115,7 +115,7 @@ func resourcesOf(cfn map[string]any, typ string) []string {
 
 var (
 	integrationFunction = regexp.MustCompile(`/functions/\$\{(\w+)\.Arn\}/invocations$`)
-	pathParameter       = regexp.MustCompile(`\{\w+\}`)
+	pathParameter       = regexp.MustCompile(`\{\w+\+?\}`) // {run_id}, and a greedy {proxy+}
 )
 
 // routesFor are the route keys of the route table whose caller is c.
