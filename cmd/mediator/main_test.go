@@ -29,6 +29,9 @@ import (
 // bin is the mediator binary these tests run, built once for the test binary.
 var bin string
 
+// atExit runs when the tests have ended, before the binary exits: the console tests' browser.
+var atExit []func()
+
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		dir, err := os.MkdirTemp("", "mediator-cli-test-")
@@ -46,7 +49,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "building mediator: %v\n%s", err, out)
 			return 1
 		}
-		return m.Run()
+		code := m.Run()
+		for _, f := range atExit {
+			f()
+		}
+		return code
 	}())
 }
 
