@@ -17,7 +17,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"mediator/localdev/apitest"
 	"mediator/shared/client"
+	"mediator/shared/config"
 )
 
 // These tests drive the web console (/console/) in a real headless Chromium against the real
@@ -234,6 +236,22 @@ func TestConsoleFleetTellsAClientItIsForAdmins(t *testing.T) {
 	ctx := tab(t)
 	signIn(t, ctx, base, "/console/", "dev-client")
 	do(t, ctx, pageHolds(`document.querySelector('.message.forbidden')?.textContent.includes('for admins')`))
+}
+
+// A stack whose people sign with IAM has a console that says it cannot sign in, and points
+// to the command line; it offers no form to paste a token into.
+func TestConsoleOnAnIAMStackPointsToTheCLI(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.Console.SignIn = "iam" }))
+	base := env.Serve()
+	ctx := tab(t)
+	do(t, ctx,
+		chromedp.Navigate(base+"/console/runs"),
+		pageHolds(`document.body.dataset.rendered === 'signin'`),
+		pageHolds(`(document.querySelector('.message.iam')?.textContent ?? '').includes('AuthorizerType=JWT') &&
+			(document.querySelector('.signin pre')?.textContent ?? '').startsWith('mediator --url ') &&
+			document.querySelector('input[name=token]') === null`),
+	)
 }
 
 // A run submitted through the API moves on its page from QUEUED to RUNNING to SUCCEEDED

@@ -521,6 +521,10 @@ func TestTemplateSettingsReachTheConfig(t *testing.T) {
 					cfg.Logs.TailBytes != 16<<20 || cfg.Logs.Flush != 2*time.Second {
 					t.Errorf("%s: step logs %+v, want the LogBucket and the defaults", id, cfg.Logs)
 				}
+				// The console of an IAM stack points people to the CLI: it cannot sign SigV4.
+				if id == "QueryFunction" && cfg.Console.SignIn != "iam" {
+					t.Errorf("%s: the console signs in by %q, want iam", id, cfg.Console.SignIn)
+				}
 				if cfg.Database.ViaProxy != c.viaProxy || cfg.Database.SSLRootCert != c.rootCert {
 					t.Errorf("%s: via proxy %t, root cert %q; want %t, %q", id, cfg.Database.ViaProxy, cfg.Database.SSLRootCert, c.viaProxy, c.rootCert)
 				}

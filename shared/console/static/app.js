@@ -115,7 +115,7 @@ async function signIn(note) {
     rendered('signin');
     return;
   }
-  if (c.sign_in === 'jwt') {
+  if (c.sign_in === 'jwt' && c.authorize_url) {
     append(box, h('p', {}, h('button', { type: 'button', id: 'oauth', onclick: () => startSignIn(location.pathname + location.search) }, 'Sign in with your organisation')),
       h('p', { class: 'muted' }, 'or paste an access token:'));
   }
