@@ -64,12 +64,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	// A lease of 9 s: the agents heartbeat every 3 s, so the views change while they are
-	// looked at. The bench's simulated nodes heartbeat once; an hour's advert keeps them live.
-	ttl := "9"
-	if *bench != "" {
-		ttl = "3600"
-	}
-	if err := os.Setenv("LEASE_TTL_SECONDS", ttl); err != nil {
+	// looked at, and a run is picked up within a heartbeat. The bench's simulated nodes
+	// heartbeat once, and go offline a lease later: the fleet view draws every node whatever
+	// its state.
+	if err := os.Setenv("LEASE_TTL_SECONDS", "9"); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
