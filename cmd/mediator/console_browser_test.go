@@ -18,6 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"mediator/localdev/apitest"
+	"mediator/localdev/gateway"
+	"mediator/localdev/issuer"
 	"mediator/shared/client"
 	"mediator/shared/config"
 )
@@ -252,6 +254,40 @@ func TestConsoleOnAnIAMStackPointsToTheCLI(t *testing.T) {
 			(document.querySelector('.signin pre')?.textContent ?? '').startsWith('mediator --url ') &&
 			document.querySelector('input[name=token]') === null`),
 	)
+}
+
+// Under make dev AUTH=jwt the console signs a person in at the local issuer — the
+// authorization code with PKCE (S256), as at a Cognito user pool — and calls the API with the
+// access token it traded the code for, which the gateway checks as API Gateway's JWT
+// authorizer does; the code leaves the address.
+func TestConsoleSignsInWithPKCEAtTheIssuer(t *testing.T) {
+	t.Parallel()
+	iss, err := issuer.Start("127.0.0.1:0", issuer.Options{Clients: issuer.DevClients()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = iss.Close() })
+	env := apitest.New(t, apitest.Configure(func(c *config.Config) { c.Console = iss.ConsoleSignIn() }))
+	base := env.ServeJWT(&gateway.JWTAuthorizer{Issuer: iss.URL(), Audience: iss.ClientIDs()})
+	ctx := tab(t)
+	do(t, ctx,
+		chromedp.Navigate(base+"/console/queue"),
+		chromedp.WaitVisible(`#oauth`),
+		chromedp.Click(`#oauth`),
+		chromedp.WaitVisible(`#as-dev-admin-person`),
+		chromedp.Click(`#as-dev-admin-person`),
+		// Through the issuer's redirect and the callback's token request, back to the queue:
+		// waited for by selector, which outlives the navigations in between.
+		chromedp.WaitReady(`body[data-rendered=queue]`),
+		pageHolds(`location.pathname === '/console/queue' && location.search === ''`),
+		// An admin's view: the fleet answers (it is empty), which a client's token would not.
+		chromedp.Click(`#nav a[data-view=fleet]`),
+		pageHolds(`document.body.dataset.rendered === 'fleet' && document.querySelector('#nodes') !== null`),
+	)
+	token := read(t, ctx, chromedp.Evaluate[string](`sessionStorage.getItem('mediator.token')`))
+	if !strings.HasPrefix(token, "ey") || iss.Issued(issuer.ConsoleClient) != 1 {
+		t.Fatalf("token %q, %d issued to the console", token, iss.Issued(issuer.ConsoleClient))
+	}
 }
 
 // A run submitted through the API moves on its page from QUEUED to RUNNING to SUCCEEDED

@@ -40,6 +40,7 @@ function every(gen, load, ms = REFRESH_MS) {
 }
 
 function showError(e) {
+  if (e && e.quiet) return; // the view already says what is wrong
   let box = document.getElementById('error');
   if (!box) {
     box = h('p', { id: 'error', class: 'message error' });
