@@ -30,7 +30,7 @@ func queueCommand(a *app) *cobra.Command {
 				fmt.Fprintln(a.stdout, "the queue is empty")
 				return nil
 			}
-			t := &table{header: []string{"NEEDS", "QUEUED", "BY PRIORITY", "OLDEST", "WAITING", "CAPABLE NODES", "AVAILABLE", "PLACEABLE NOW"}}
+			t := &table{header: []string{"NEEDS", "QUEUED", "BY PRIORITY", "OLDEST", "WAITING", "CAPABLE NODES", "LIVE", "AVAILABLE", "PLACEABLE NOW", "WHY"}}
 			for _, e := range q.Queue {
 				var shape, prios []string
 				for _, role := range e.Needs {
@@ -39,10 +39,16 @@ func queueCommand(a *app) *cobra.Command {
 				for _, p := range e.Priorities {
 					prios = append(prios, fmt.Sprintf("%d×%d", p.Queued, p.Priority))
 				}
+				why := ""
+				if e.Waiting != nil {
+					why = e.Waiting.Reason
+				}
 				t.add(strings.Join(shape, " + "), fmt.Sprint(e.Queued), strings.Join(prios, " "), e.OldestRunID,
-					short(seconds(e.OldestWaitSeconds)), fmt.Sprint(e.CapableNodes), fmt.Sprint(e.AvailableNodes), yesNo(e.PlaceableNow))
+					short(seconds(e.OldestWaitSeconds)), fmt.Sprint(e.CapableNodes), fmt.Sprint(e.LiveNodes),
+					fmt.Sprint(e.AvailableNodes), yesNo(e.PlaceableNow), why)
 			}
 			t.write(a.stdout, false)
+			fmt.Fprintf(a.stdout, "fleet: %s, %d live\n", plural(q.Fleet.Nodes, "node"), q.Fleet.Live)
 			return nil
 		},
 	}
@@ -74,19 +80,11 @@ it; RUN the run whose lease it holds. mediator node ID shows one with its histor
 				fmt.Fprintln(a.stdout, "no nodes")
 				return nil
 			}
-			l, err := api.ListLeases(cmd.Context())
-			if err != nil {
-				return err
-			}
-			held := map[string]string{}
-			for _, lease := range l.Leases {
-				held[lease.NodeID] = lease.RunID
-			}
 			now := a.now()
-			t := &table{header: []string{"NODE", "STATE", "HEALTH", "INFRA", "DRAIN", "RUN", "LABELS", "BOOT", "LAST SEEN", "WHY"}, coloured: []int{1, 2}}
+			t := &table{header: []string{"NODE", "STATE", "HEALTH", "INFRA", "DRAIN", "RUN", "ROLE", "SINCE", "LABELS", "BOOT", "LAST SEEN", "WHY"}, coloured: []int{1, 2}}
 			for _, node := range n.Nodes {
-				t.add(node.NodeID, node.State, healthOf(node), fmt.Sprint(node.InfraFailures), drainCell(node), held[node.NodeID],
-					strings.Join(node.Labels, ","), node.BootID, ago(node.LastSeenAt, now), whyCell(node))
+				t.add(node.NodeID, node.State, healthOf(node), fmt.Sprint(node.InfraFailures), drainCell(node), deref(node.RunID),
+					deref(node.Role), agoPtr(node.LeasedAt, now), strings.Join(node.Labels, ","), node.BootID, ago(node.LastSeenAt, now), whyCell(node))
 			}
 			t.write(a.stdout, a.colour(a.stdoutTTY))
 			return nil
@@ -133,4 +131,12 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// plural is n things, "1 node" or "3 nodes".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

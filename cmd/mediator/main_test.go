@@ -593,3 +593,30 @@ func TestTextFromTheAPIIsShownEscaped(t *testing.T) {
 		t.Fatalf("a 400 -o json: %q", r.stdout)
 	}
 }
+
+// A queued run says why it waits, in the submit's answer, `mediator run` and `mediator runs`,
+// and a submit that queues for a node that is offline warns of it on stderr.
+func TestAQueuedRunSaysWhyItWaits(t *testing.T) {
+	t.Parallel()
+	env, base := serve(t)
+	env.Heartbeat("gpu-1", "b1", false, "gpu")
+	env.Exec(`UPDATE nodes SET advert_expires_at = now() - interval '1 second' WHERE node_id = 'gpu-1'`)
+	run := func(id string) string {
+		return `{"run_id":"` + id + `","needs":["gpu"],"steps":[{"id":"t","spec":{"cmd":"true"}}]}`
+	}
+	r := mediator(t, base, run("train"), "submit", "-f", "-")
+	expect(t, r, 0, "run train: QUEUED at queue position 0 (202)", "waits: no_live_node", "role main (gpu): 1 offline")
+	if !strings.Contains(r.stderr, `mediator: warning: no live node can serve role "main" (needs gpu): the one node that could is offline`) {
+		t.Fatalf("no warning on stderr:\n%s", r)
+	}
+	expect(t, mediator(t, base, "", "run", "train"), 0, "waits: no_live_node — every node that could serve a role is offline")
+	// A second gpu joins and takes train; the next run waits for it, and says whose it is.
+	env.Heartbeat("gpu-2", "b1", false, "gpu")
+	r = mediator(t, base, run("next"), "submit", "-f", "-")
+	expect(t, r, 0, "waits: all_busy", "role main (gpu): 1 busy (train) · 1 offline")
+	if strings.Contains(r.stderr, "warning") {
+		t.Fatalf("a warning for a run a live node could serve:\n%s", r)
+	}
+	r = mediator(t, base, "", "runs", "--state", "QUEUED")
+	expect(t, r, 0, "all_busy")
+}

@@ -131,7 +131,11 @@ func (a *app) printRuns(pages []*client.RunPage) {
 			if r.Hold() {
 				steps = "" // it has none to do
 			}
-			cells := []string{r.RunID, r.State, r.ReasonText(), fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
+			reason := r.ReasonText()
+			if r.Waiting != nil {
+				reason = r.Waiting.Reason // why it waits
+			}
+			cells := []string{r.RunID, r.State, reason, fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
 				steps, where, ago(r.CreatedAt, now), agoPtr(r.FinishedAt, now)}
 			if kinds {
 				kind := ""
@@ -218,6 +222,9 @@ func (a *app) printRun(d *client.RunDetail, owner string) {
 		times = append(times, fmt.Sprintf("finished %s, %s after it was submitted", ago(*r.FinishedAt, now), elapsed(took)))
 	}
 	fmt.Fprintf(w, "  %s\n", strings.Join(times, " · "))
+	for _, l := range waitingLines(r.Waiting) {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 	if r.Hold() {
 		line := "  hold of " + holdLength(r)
 		switch {
@@ -426,4 +433,51 @@ then arrival. Raised, the run may be placed at once; a run no longer queued is r
 	}
 	ownerFlag(cmd, &owner)
 	return cmd
+}
+
+// waitingLines say why a queued run waits: its reason, then how the nodes that could serve
+// each role stand, the standings with none left out (nothing for a run not waiting).
+func waitingLines(w *client.Waiting) []string {
+	if w == nil {
+		return nil
+	}
+	lines := []string{"waits: " + visible(w.Reason) + " — " + waitReasonText[w.Reason]}
+	for _, r := range w.Roles {
+		var parts []string
+		for _, c := range []struct {
+			n    int
+			what string
+		}{{r.Available, "available"}, {r.Busy, "busy"}, {r.Held, "held"}, {r.Checking, "checking"},
+			{r.Draining, "draining"}, {r.Quarantined, "quarantined"}, {r.Offline, "offline"}} {
+			if c.n == 0 {
+				continue
+			}
+			part := fmt.Sprintf("%d %s", c.n, c.what)
+			if c.what == "busy" && len(r.BusyRuns) > 0 {
+				var ids []string
+				for _, b := range r.BusyRuns {
+					ids = append(ids, visible(b.RunID))
+				}
+				part += " (" + strings.Join(ids, ", ") + ")"
+			}
+			parts = append(parts, part)
+		}
+		if len(parts) == 0 {
+			parts = []string{"no node has its labels"}
+		}
+		lines = append(lines, fmt.Sprintf("  role %s (%s): %s", visible(r.Role), needs(r.Needs), strings.Join(parts, " · ")))
+	}
+	return lines
+}
+
+// waitReasonText is each reason of wire.WaitReasons in a few words.
+var waitReasonText = map[string]string{
+	wire.WaitForCapacity:      "no node of the fleet can serve a role; it waits for one to join",
+	wire.WaitNoLiveNode:       "every node that could serve a role is offline",
+	wire.WaitUnavailable:      "every live node that could serve a role is drained, quarantined, held or checking",
+	wire.WaitAllBusy:          "every node that could serve a role is busy",
+	wire.WaitNotAllRoles:      "each role has a free node, but not all roles at once",
+	wire.WaitKeptForProtected: "the free nodes are kept for a run that has waited too long",
+	wire.WaitQueueAhead:       "the free nodes go to runs ahead of it",
+	wire.WaitPlacing:          "nothing is in its way: it is being placed",
 }

@@ -209,6 +209,12 @@ func (a *app) printSubmitted(s *client.Submitted) {
 		fmt.Fprintf(w, "run %s: %s, placed on its nodes (201)\n", id, st)
 	case s.Queued():
 		fmt.Fprintf(w, "run %s: %s at queue position %s (202)\n", id, st, position(r))
+		for _, l := range waitingLines(r.Waiting) {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+		for _, warn := range s.Warnings {
+			fmt.Fprintf(a.stderr, "mediator: warning: %s\n", visible(warn.Message))
+		}
 	case s.Refused():
 		fmt.Fprintf(w, "run %s: %s, refused (422): no node of the fleet could ever serve it\n",
 			id, colourState(c, r.State)+reasonSuffix(r))

@@ -71,6 +71,8 @@ func TestWaitWithoutATerminalSaysThePromotionAndTheFailure(t *testing.T) {
 	}
 	r := wait()
 	want := `run second: QUEUED at queue position 0 (202)
+  waits: all_busy — every node that could serve a role is busy
+    role main (board=rpi4): 1 busy (first)
 run second: QUEUED → RUNNING (promoted) · steps 0/2
 run second: step flash FAILED (exit 3) · steps 2/2
 run second: step test SKIPPED · steps 2/2

@@ -45,6 +45,8 @@ type Run struct {
 	Metadata            json.RawMessage   `json:"metadata"`
 	// QueuePosition is how many runs are ahead of a QUEUED run.
 	QueuePosition *int `json:"queue_position,omitempty"`
+	// Waiting is why a QUEUED run waits (absent in other states).
+	Waiting *Waiting `json:"waiting,omitempty"`
 	// Owner and Key are shown to admins: who submitted it, and its key, unique across owners
 	// (what its nodes and events name it by).
 	Owner string `json:"owner,omitempty"`
@@ -170,6 +172,42 @@ type Submitted struct {
 	Reply `json:"-"`
 	Run   Run     `json:"run"`
 	Unmet []Unmet `json:"unmet"`
+	// Warnings, of a queued run: each role no live node could serve now.
+	Warnings []Warning `json:"warnings"`
+}
+
+// Warning is something to know of a request that was accepted.
+type Warning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Waiting is why a QUEUED run waits: one reason (wire.WaitReasons), and how the nodes that
+// could serve each role stand.
+type Waiting struct {
+	Reason string        `json:"reason"`
+	Roles  []WaitingRole `json:"roles"`
+}
+
+// WaitingRole is how the nodes that have one role's labels stand (wire.Standings).
+type WaitingRole struct {
+	Role        string   `json:"role"`
+	Needs       []string `json:"needs"`
+	Available   int      `json:"available"`
+	Busy        int      `json:"busy"`
+	Held        int      `json:"held"`
+	Checking    int      `json:"checking"`
+	Draining    int      `json:"draining"`
+	Quarantined int      `json:"quarantined"`
+	Offline     int      `json:"offline"`
+	// BusyRuns are some of the runs holding its busy nodes that the reader may see.
+	BusyRuns []BusyRun `json:"busy_runs"`
+}
+
+// BusyRun is a run holding a node another waits for; Owner for admins only.
+type BusyRun struct {
+	RunID string `json:"run_id"`
+	Owner string `json:"owner,omitempty"`
 }
 
 // Placed: 201, the run holds its nodes.
@@ -285,6 +323,13 @@ type NodeInfo struct {
 	QuarantinedBy *string `json:"quarantined_by"`
 	// HealthCheckDue: a health check is to run on the node before any other work.
 	HealthCheckDue bool `json:"health_check_due"`
+	// The run that holds the node (by the id its owner chose), its owner and kind, the role,
+	// and since when: nil on a free node.
+	RunID    *string    `json:"run_id,omitempty"`
+	RunOwner *string    `json:"run_owner,omitempty"`
+	RunKind  *string    `json:"run_kind,omitempty"`
+	Role     *string    `json:"role,omitempty"`
+	LeasedAt *time.Time `json:"leased_at,omitempty"`
 }
 
 // Health states of a node.
@@ -559,10 +604,15 @@ type QueueEntry struct {
 	OldestRunID       string     `json:"oldest_run_id,omitempty"`
 	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
 	// Priorities are how many wait at each priority, highest first.
-	Priorities     []PriorityCount `json:"priorities"`
-	CapableNodes   int             `json:"capable_nodes"`
-	AvailableNodes int             `json:"available_nodes"`
-	PlaceableNow   bool            `json:"placeable_now"`
+	Priorities []PriorityCount `json:"priorities"`
+	// CapableNodes could serve one of its roles, live or not; LiveNodes are those live,
+	// AvailableNodes those the queue may place on now.
+	CapableNodes   int  `json:"capable_nodes"`
+	LiveNodes      int  `json:"live_nodes"`
+	AvailableNodes int  `json:"available_nodes"`
+	PlaceableNow   bool `json:"placeable_now"`
+	// Waiting is why the kind's first run waits.
+	Waiting *Waiting `json:"waiting,omitempty"`
 }
 
 // PriorityCount is how many queued runs of one kind have one priority.
@@ -575,6 +625,11 @@ type PriorityCount struct {
 type QueueReply struct {
 	Reply `json:"-"`
 	Queue []QueueEntry `json:"queue"`
+	// Fleet is how many nodes there are, and how many of them are live.
+	Fleet struct {
+		Nodes int `json:"nodes"`
+		Live  int `json:"live"`
+	} `json:"fleet"`
 }
 
 // Health is GET /healthz: the database answers, and its schema is the one the API expects.

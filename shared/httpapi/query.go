@@ -70,7 +70,11 @@ func getRun(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{http.StatusOK, map[string]any{"run": run, "history": history}}, nil
+	runs := []store.Run{run}
+	if err := c.explainWaiting(runs); err != nil {
+		return reply{}, err
+	}
+	return reply{http.StatusOK, map[string]any{"run": runs[0], "history": history}}, nil
 }
 
 func listRuns(c *call) (reply, error) {
@@ -116,6 +120,9 @@ func listRuns(c *call) (reply, error) {
 	}
 	if runs == nil {
 		runs = []store.Run{}
+	}
+	if err := c.explainWaiting(runs); err != nil {
+		return reply{}, err
 	}
 	var nextCursor *string
 	if next != nil {
@@ -171,11 +178,11 @@ func queue(c *call) (reply, error) {
 	if err := c.allow(auth.Client, auth.Admin); err != nil {
 		return reply{}, err
 	}
-	entries, err := c.d.Store.Queue(c.ctx, c.viewer())
+	view, err := c.d.Store.Queue(c.ctx, c.viewer())
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{http.StatusOK, map[string]any{"queue": entries}}, nil
+	return reply{http.StatusOK, view}, nil
 }
 
 func listNodes(c *call) (reply, error) {
@@ -243,4 +250,9 @@ func listLeases(c *call) (reply, error) {
 		return reply{}, err
 	}
 	return reply{http.StatusOK, map[string]any{"leases": leases}}, nil
+}
+
+// explainWaiting says, on each QUEUED run of runs, why it waits, as the caller may see it.
+func (c *call) explainWaiting(runs []store.Run) error {
+	return c.d.Store.ExplainWaiting(c.ctx, store.ExplainWaitingParams{Runs: runs, Viewer: c.viewer()})
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"mediator/shared/auth"
 	"mediator/shared/match"
@@ -10,6 +11,7 @@ import (
 	"mediator/shared/request"
 	"mediator/shared/startup"
 	"mediator/shared/store"
+	"mediator/shared/wire"
 )
 
 // Submit serves POST /v1/runs.
@@ -76,7 +78,11 @@ func submit(c *call) (reply, error) {
 	case store.Placed:
 		return reply{http.StatusCreated, runBody(res.Run)}, nil
 	case store.Waiting:
-		return reply{http.StatusAccepted, runBody(res.Run)}, nil
+		runs := []store.Run{res.Run}
+		if err := c.explainWaiting(runs); err != nil {
+			return reply{}, err
+		}
+		return reply{http.StatusAccepted, map[string]any{"run": runs[0], "warnings": queuedWarnings(runs[0].Waiting)}}, nil
 	case store.Unservable:
 		return reply{http.StatusUnprocessableEntity, map[string]any{"run": res.Run, "unmet": unmetRoles(res.Unmet)}}, nil
 	default:
@@ -99,4 +105,35 @@ func nonNil(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// warning is something a client should know of a request that was accepted.
+type warning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// queuedWarnings are what a submit that queued warns of: a role no live node could serve, the
+// run waiting for one to come back or join (an empty list when none).
+func queuedWarnings(w *store.WhyWaiting) []warning {
+	out := []warning{}
+	if w == nil {
+		return out
+	}
+	for _, r := range w.Roles {
+		needs := strings.Join(r.Needs, ", ")
+		switch {
+		case r.Total() == 0:
+			out = append(out, warning{Code: wire.WaitForCapacity, Message: fmt.Sprintf(
+				"no node of the fleet can serve role %q (needs %s): the run waits for one to join", r.Role, needs)})
+		case r.Live() == 0:
+			offline := fmt.Sprintf("all %d nodes that could are offline", r.Offline)
+			if r.Offline == 1 {
+				offline = "the one node that could is offline"
+			}
+			out = append(out, warning{Code: wire.WaitNoLiveNode, Message: fmt.Sprintf(
+				"no live node can serve role %q (needs %s): %s", r.Role, needs, offline)})
+		}
+	}
+	return out
 }

@@ -98,9 +98,7 @@ func movedHealth(changed []string, before, after Node) []string {
 func (s *Store) healthWrite(ctx context.Context, q querier, st statement, args named) (HealthResult, error) {
 	var n Node
 	var lifted bool
-	err := st.queryRow(ctx, q, args).Scan(&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining,
-		&n.DrainRequestedBy, &n.LastSeenAt, &n.Health, &n.HealthReason, &n.InfraFailures, &n.HealthSince,
-		&n.QuarantinedBy, &n.HealthCheckDue, &lifted)
+	err := st.queryRow(ctx, q, args).Scan(append(n.viewColumns(), &lifted)...)
 	if err != nil {
 		return HealthResult{}, err
 	}

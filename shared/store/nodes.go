@@ -251,13 +251,19 @@ type UndrainResult struct {
 func (s *Store) UndrainNode(ctx context.Context, nodeID string) (UndrainResult, error) {
 	var n Node
 	var lifted *bool
-	err := undrainNodeStmt.queryRow(ctx, s.pool, named{"node_id": nodeID}).Scan(
-		&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining, &n.DrainRequestedBy, &n.LastSeenAt,
-		&n.Health, &n.HealthReason, &n.InfraFailures, &n.HealthSince, &n.QuarantinedBy, &n.HealthCheckDue, &lifted)
+	err := undrainNodeStmt.queryRow(ctx, s.pool, named{"node_id": nodeID}).Scan(append(n.viewColumns(), &lifted)...)
 	if err != nil {
 		return UndrainResult{}, err
 	}
 	return UndrainResult{Node: n, CapacityAppeared: lifted != nil && *lifted && takesWork(n)}, nil
+}
+
+// viewColumns are where a row of node_view (sql/nodes.sql) goes, in its order: for a statement
+// that answers more columns after it.
+func (n *Node) viewColumns() []any {
+	return []any{&n.NodeID, &n.State, &n.Labels, &n.BootID, &n.Draining, &n.DrainRequestedBy, &n.LastSeenAt,
+		&n.Health, &n.HealthReason, &n.InfraFailures, &n.HealthSince, &n.QuarantinedBy, &n.HealthCheckDue,
+		&n.RunID, &n.RunOwner, &n.RunKind, &n.Role, &n.LeasedAt}
 }
 
 // AvailableNode is a node the queue may be placed on now.

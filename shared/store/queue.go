@@ -3,28 +3,38 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"mediator/shared/match"
+	"mediator/shared/plan"
 	"mediator/shared/wire"
 )
 
 var queueViewStmt = stmt("queue_view")
 
 // QueueEntry is one needs signature of the queue (GET /v1/queue): what a user asks when a
-// run sits there — how many wait, for how long, and whether any node could take one.
+// run sits there — how many wait, for how long, and why.
 type QueueEntry struct {
 	Needs             [][]string `json:"needs"`
 	Queued            int        `json:"queued"`
 	OldestRunID       string     `json:"oldest_run_id,omitempty"` // only to its owner and admins
 	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
 	// Priorities are how many wait at each priority, highest first.
-	Priorities     []PriorityCount `json:"priorities"`
-	CapableNodes   int             `json:"capable_nodes"`
-	AvailableNodes int             `json:"available_nodes"`
-	PlaceableNow   bool            `json:"placeable_now"`
+	Priorities []PriorityCount `json:"priorities"`
+	// CapableNodes have the labels of one of its roles, live or not; LiveNodes are those whose
+	// advert is live, AvailableNodes those the queue may place on now.
+	CapableNodes   int  `json:"capable_nodes"`
+	LiveNodes      int  `json:"live_nodes"`
+	AvailableNodes int  `json:"available_nodes"`
+	PlaceableNow   bool `json:"placeable_now"`
+	// Waiting is why the shape's first run in the wake's order waits (absent when the shape's
+	// runs left the queue between the reads).
+	Waiting *WhyWaiting `json:"waiting,omitempty"`
+
+	shape string
 }
 
 // PriorityCount is how many queued runs of one kind have one priority.
@@ -33,38 +43,65 @@ type PriorityCount struct {
 	Queued   int `json:"queued"`
 }
 
+// QueueView is the queue by shape, and the fleet it waits on.
+type QueueView struct {
+	Queue []QueueEntry `json:"queue"`
+	Fleet FleetCount   `json:"fleet"`
+}
+
+// FleetCount is how many nodes the fleet has, and how many of them are live.
+type FleetCount struct {
+	Nodes int `json:"nodes"`
+	Live  int `json:"live"`
+}
+
 // Queue summarises the queue by needs signature, oldest first, as v may see it: every client
-// sees the counts, only the owner (or an admin) the id of the oldest run.
-func (s *Store) Queue(ctx context.Context, v Viewer) ([]QueueEntry, error) {
+// sees the counts, only the owner (or an admin) the id of the oldest run. Three reads, however
+// deep the queue and large the fleet: the shapes' counts, their heads, the fleet once.
+func (s *Store) Queue(ctx context.Context, v Viewer) (QueueView, error) {
 	rows, err := queueViewStmt.query(ctx, s.pool)
 	if err != nil {
-		return nil, err
+		return QueueView{}, err
 	}
-	var out []QueueEntry
+	out := QueueView{Queue: []QueueEntry{}}
+	var groups []needGroup
 	for rows.Next() {
 		var e QueueEntry
-		var shape, owner string
-		if err := rows.Scan(&shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner, &e.Priorities, &e.Needs); err != nil {
+		var owner string
+		if err := rows.Scan(&e.shape, &e.Queued, &e.OldestRunID, &e.OldestWaitSeconds, &owner, &e.Priorities, &e.Needs); err != nil {
 			rows.Close()
-			return nil, queueViewStmt.fail(err)
+			return QueueView{}, queueViewStmt.fail(err)
 		}
 		if !v.sees(owner) {
 			e.OldestRunID = ""
 		}
-		out = append(out, e)
+		out.Queue = append(out.Queue, e)
+		groups = append(groups, needGroup(e.Needs))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, queueViewStmt.fail(err)
+		return QueueView{}, queueViewStmt.fail(err)
 	}
-	if len(out) == 0 {
-		return []QueueEntry{}, nil
-	}
-	fleet, err := s.ListNodes(ctx)
+	read, err := s.readWaiting(ctx, groups, v, 0)
 	if err != nil {
-		return nil, err
+		return QueueView{}, err
 	}
-	for i := range out {
-		out[i].CapableNodes, out[i].AvailableNodes, out[i].PlaceableNow = capacityFor(out[i].Needs, fleet)
+	all := read.standing(needGroup{{}})
+	out.Fleet = FleetCount{Nodes: all.Total(), Live: all.Live()}
+	for i := range out.Queue {
+		e := &out.Queue[i]
+		g := read.standing(needGroup(e.Needs))
+		e.CapableNodes, e.LiveNodes, e.AvailableNodes = g.Total(), g.Live(), g.Available
+		e.PlaceableNow = placeable(e.Needs, read.free)
+		if j := slices.IndexFunc(read.heads, func(h plan.Head) bool { return h.Shape == e.shape }); j >= 0 {
+			h := read.heads[j]
+			names := make([]string, len(h.Roles))
+			needs := map[string][]string{}
+			for k, r := range h.Roles {
+				names[k], needs[r.Name] = r.Name, r.Needs
+			}
+			w := read.waiting(h, names, func(role string) []string { return needs[role] })
+			e.Waiting = &w
+		}
 	}
 	return out, nil
 }
@@ -78,23 +115,17 @@ func shapeRoles(needs [][]string) []match.Role {
 	return roles
 }
 
-func capacityFor(needs [][]string, fleet []Node) (capable, available int, placeable bool) {
-	roles := shapeRoles(needs)
-	var free []match.Node
-	for _, n := range fleet {
-		for _, r := range roles {
-			if match.Satisfies(n.Labels, r.Needs) {
-				capable++
-				if takesWork(n) && !n.HealthCheckDue {
-					available++
-					free = append(free, match.Node{ID: n.NodeID, Labels: n.Labels, Available: true})
-				}
-				break
-			}
+// placeable says whether a shape's roles fit the free nodes at once, none reserved for a
+// health check.
+func placeable(needs [][]string, free []plan.Node) bool {
+	var open []match.Node
+	for _, n := range free {
+		if n.ReservedFor == "" {
+			open = append(open, match.Node{ID: n.ID, Labels: n.Labels, Available: true})
 		}
 	}
-	_, unmet := match.Assign(roles, free, "")
-	return capable, available, len(unmet) == 0
+	_, unmet := match.Assign(shapeRoles(needs), open, "")
+	return len(unmet) == 0
 }
 
 // Shape is the canonical signature of a run's needs: each role's needs sorted, the roles

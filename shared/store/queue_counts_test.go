@@ -190,10 +190,11 @@ func checkQueueReads(t *testing.T, env *apitest.Env) {
 		}
 	}
 
-	view, err := env.Store.Queue(ctx, admin)
+	queue, err := env.Store.Queue(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
+	view := queue.Queue
 	type summary struct {
 		queued     int
 		priorities map[int]int

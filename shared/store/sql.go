@@ -54,7 +54,11 @@ var sqlConstants = map[string]string{
 	"CHECK_TIMEOUT":    strconv.Itoa(wire.HealthCheckTimeoutSeconds),
 	"FINAL_RUN_STATES": quoteAll(wire.FinalRunStates), "reason_cancelled": quote(wire.ReasonCancelled),
 	"reason_step_failed": quote(wire.ReasonStepFailed), "MAX_PRIORITY": strconv.Itoa(wire.MaxPriority),
-	"walkFree": strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
+	"STANDING_AVAILABLE": quote(wire.StandingAvailable), "STANDING_BUSY": quote(wire.StandingBusy),
+	"STANDING_HELD": quote(wire.StandingHeld), "STANDING_CHECKING": quote(wire.StandingChecking),
+	"STANDING_DRAINING": quote(wire.StandingDraining), "STANDING_QUARANTINED": quote(wire.StandingQuarantined),
+	"STANDING_OFFLINE": quote(wire.StandingOffline),
+	"busyRunsShown":    strconv.Itoa(busyRunsShown), "maxWalkNodes": strconv.Itoa(maxWalkNodes), "walkFree": strconv.Itoa(walkFree), "startNodes": strconv.Itoa(startNodes),
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

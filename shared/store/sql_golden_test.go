@@ -73,6 +73,7 @@ func boundByFile(b bound) map[string]statement {
 		"wake_start":             b.wakeStart,
 		"wake_start.holding":     b.wakeStartHolding,
 		"report_wake_start":      b.reportWakeStart,
+		"waiting":                b.waiting,
 		"wake_next_of_shape":     b.wakeNextOfShape,
 		"wake_promote_protected": b.wakePromoteProtected,
 	}

@@ -47,6 +47,8 @@ type bound struct {
 	// wake_start twice: for a wake that holds no node, and for one that does; and its twin
 	// read inside a report's transaction.
 	wakeStart, wakeStartHolding, reportWakeStart, wakeNextOfShape, wakePromoteProtected statement
+	// Why a run waits: its read of the heads (Store.ExplainWaiting).
+	waiting statement
 }
 
 // newBound writes set into the statements that take it as a literal (withStarvation says why).
@@ -57,6 +59,7 @@ func newBound(set Settings) bound {
 		reportWakeStart:      withStarvation(reportWakeStartStmt, set.Starvation),
 		wakeNextOfShape:      withStarvation(wakeNextOfShapeStmt, set.Starvation),
 		wakePromoteProtected: withStarvation(wakePromoteProtectedStmt, set.Starvation),
+		waiting:              withStarvation(waitingStmt, set.Starvation),
 	}
 }
 

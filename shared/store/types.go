@@ -43,6 +43,8 @@ type Run struct {
 	Metadata    json.RawMessage   `json:"metadata"`
 	// QueuePosition is how many runs are ahead of a QUEUED run.
 	QueuePosition *int `json:"queue_position,omitempty"`
+	// Waiting is why a QUEUED run waits, where its reader asked (Store.ExplainWaiting).
+	Waiting *WhyWaiting `json:"waiting,omitempty"`
 	// Owner and Key are shown to admins only (ShownTo): a client's runs are its own, and a
 	// run's key may say that another owner's run has the same name.
 	Owner string `json:"owner,omitempty"`
@@ -132,6 +134,13 @@ type Node struct {
 	QuarantinedBy *string `json:"quarantined_by"`
 	// HealthCheckDue: a health check is due on the node, which takes no other work until it ran.
 	HealthCheckDue bool `json:"health_check_due"`
+	// The run whose lease holds the node (by the id its owner chose), its owner and kind, the
+	// role it holds the node for, and since when (all absent on a free node).
+	RunID    *string    `json:"run_id,omitempty"`
+	RunOwner *string    `json:"run_owner,omitempty"`
+	RunKind  *string    `json:"run_kind,omitempty"`
+	Role     *string    `json:"role,omitempty"`
+	LeasedAt *time.Time `json:"leased_at,omitempty"`
 }
 
 // Lease is a node held by a run (GET /v1/leases).

@@ -122,6 +122,44 @@ const (
 // NodeStates are every node state.
 var NodeStates = []string{NodeIdle, NodeLeased, NodeDraining, NodeOffline}
 
+// How a node that could serve a queued run's role stands (a run's waiting.roles): each node in
+// exactly one, the first that holds of offline (its advert expired), quarantined, draining
+// (drained by itself or an admin), held (a hold's lease), checking (a health check's lease, or
+// one due on it), busy (another run's lease), available (the queue may place on it now).
+// sql/rules.sql capacity_standing is the rule.
+const (
+	StandingAvailable   = "available"
+	StandingBusy        = "busy"
+	StandingHeld        = "held"
+	StandingChecking    = "checking"
+	StandingDraining    = "draining"
+	StandingQuarantined = "quarantined"
+	StandingOffline     = "offline"
+)
+
+// Standings are every standing.
+var Standings = []string{StandingAvailable, StandingBusy, StandingHeld, StandingChecking, StandingDraining, StandingQuarantined, StandingOffline}
+
+// Why a QUEUED run waits (its waiting.reason; DESIGN.md, Why a run waits), the most lasting
+// cause first: a role the fleet has no node for (the run waits for capacity), a role whose
+// every node is offline, a role whose live nodes all are out of scheduling, held or checking,
+// a role whose nodes are all busy; then, with a free node for every role, roles that cannot be
+// placed at once, free nodes kept for a starving run, free nodes going to runs ahead in queue
+// order, and last a run the next wake places (the moment between a node freeing and the wake).
+const (
+	WaitForCapacity      = "waiting_for_capacity"
+	WaitNoLiveNode       = "no_live_node"
+	WaitUnavailable      = "unavailable"
+	WaitAllBusy          = "all_busy"
+	WaitNotAllRoles      = "not_all_roles"
+	WaitKeptForProtected = "kept_for_protected"
+	WaitQueueAhead       = "queue_ahead"
+	WaitPlacing          = "placing"
+)
+
+// WaitReasons are every reason, most lasting first.
+var WaitReasons = []string{WaitForCapacity, WaitNoLiveNode, WaitUnavailable, WaitAllBusy, WaitNotAllRoles, WaitKeptForProtected, WaitQueueAhead, WaitPlacing}
+
 // A node's health (migration 0015): healthy; suspect once an infrastructure failure counted
 // against it; quarantined — taking no new lease — after NODE_QUARANTINE_AFTER consecutive
 // ones, a failed health check, its agent's own say or an admin's.

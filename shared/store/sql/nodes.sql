@@ -109,9 +109,13 @@ FROM leases lease WHERE lease.node_id = $1 AND lease.boot_id = $2
 n.health, n.health_reason, n.infra_failures, n.health_since, n.quarantined_by, NOT {{unreserved n}}
 
 -- fragment: node_view(n, l)
--- A node as GET /v1/nodes shows it (Node in types.go); l is its lease, if any.
+-- A node as GET /v1/nodes shows it (Node in types.go); l is its lease, if any, with the run
+-- that holds it by the name its owner chose.
 n.node_id, {{node_state n l}}, n.labels, n.boot_id, {{drained n}}, n.drain_requested_by, n.last_seen_at,
-{{node_health n}}
+{{node_health n}},
+(SELECT h.name FROM runs h WHERE h.run_id = l.run_id) AS run_name,
+(SELECT h.owner FROM runs h WHERE h.run_id = l.run_id) AS run_owner,
+(SELECT h.kind FROM runs h WHERE h.run_id = l.run_id) AS run_kind, l.role, l.granted_at
 
 -- name: list_nodes
 /* nodes: list */

@@ -88,6 +88,20 @@ CASE WHEN l.run_id IS NOT NULL THEN {{LEASED}}
      WHEN {{drained n}} THEN {{DRAINING}}
      ELSE {{IDLE}} END
 
+-- fragment: capacity_standing(n, l, h)
+-- How node n stands for a queued run it could serve (wire.Standings; a run's waiting.roles): l
+-- is its lease and h the run holding it, if any. The causes that outlast a lease come first: a
+-- drained node that finishes its run takes none after it. Available is takes_work, no lease and
+-- unreserved: what the wake may place on.
+CASE WHEN n.advert_expires_at <= now() THEN {{STANDING_OFFLINE}}
+     WHEN {{quarantined n}} THEN {{STANDING_QUARANTINED}}
+     WHEN {{drained n}} THEN {{STANDING_DRAINING}}
+     WHEN h.kind = {{KIND_HOLD}} THEN {{STANDING_HELD}}
+     WHEN h.kind = {{KIND_HEALTH_CHECK}} THEN {{STANDING_CHECKING}}
+     WHEN l.run_id IS NOT NULL THEN {{STANDING_BUSY}}
+     WHEN NOT {{unreserved n}} THEN {{STANDING_CHECKING}}
+     ELSE {{STANDING_AVAILABLE}} END
+
 -- fragment: check_shape(r)
 -- A health check run's shape: its own, so that the wake walks it apart and no other run is ever
 -- of it (promotion picks by shape). Every other shape is its runs' needs as a JSON list (Shape).

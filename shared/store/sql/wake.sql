@@ -47,12 +47,7 @@ WHERE EXISTS (SELECT 1 FROM free_nodes f WHERE f.node_id = @node::text AND f.hel
 
 -- fragment: heads_and_free
 -- wake_start's read (see there).
-WITH RECURSIVE {{queued_shapes}}, heads AS (
-    SELECT h.* FROM shapes s CROSS JOIN LATERAL (
-        SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}} OFFSET 0
-    ) h(run_id, shape, created_at, queue_rank, protected, roles)
-    WHERE s.shape IS NOT NULL
-), needs AS (
+WITH RECURSIVE {{queued_shapes}}, {{queue_heads}}, needs AS (
     SELECT DISTINCT ro.needs FROM heads h
     CROSS JOIN LATERAL (SELECT needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
 ), free AS (
@@ -66,6 +61,16 @@ SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles
 FROM heads h WHERE EXISTS (SELECT 1 FROM free)
 UNION ALL
 SELECT false, f.node_id, NULL, NULL, NULL, NULL, NULL, f.labels, NULL, f.suspect, f.check_run_id FROM free f
+
+-- fragment: queue_heads
+-- The head of every queued shape (head_of_shape), as the CTE heads; the statement names
+-- queued_shapes before it.
+heads AS (
+    SELECT h.* FROM shapes s CROSS JOIN LATERAL (
+        SELECT {{head_columns r}} FROM runs r WHERE r.run_id = {{head_of_shape s}} OFFSET 0
+    ) h(run_id, shape, created_at, queue_rank, protected, roles)
+    WHERE s.shape IS NOT NULL
+)
 
 -- fragment: behind_head(h)
 -- The queued runs of head h's shape behind it, in the order the wake takes them (protected ones

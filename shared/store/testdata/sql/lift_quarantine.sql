@@ -25,7 +25,10 @@ SELECT v.node_id, CASE WHEN l.run_id IS NOT NULL THEN 'leased'
      WHEN v.advert_expires_at <= now() THEN 'offline'
      WHEN (v.draining OR v.drain_requested_by IS NOT NULL) THEN 'draining'
      ELSE 'idle' END, v.labels, v.boot_id, (v.draining OR v.drain_requested_by IS NOT NULL), v.drain_requested_by, v.last_seen_at,
-v.health, v.health_reason, v.infra_failures, v.health_since, v.quarantined_by, NOT v.check_run_id IS NULL, v.was = 'quarantined'
+v.health, v.health_reason, v.infra_failures, v.health_since, v.quarantined_by, NOT v.check_run_id IS NULL,
+(SELECT h.name FROM runs h WHERE h.run_id = l.run_id) AS run_name,
+(SELECT h.owner FROM runs h WHERE h.run_id = l.run_id) AS run_owner,
+(SELECT h.kind FROM runs h WHERE h.run_id = l.run_id) AS run_kind, l.role, l.granted_at, v.was = 'quarantined'
 FROM (SELECT m.*, o.health AS was FROM moved m JOIN o ON o.node_id = m.node_id
       UNION ALL
       SELECT x.*, x.health FROM nodes x WHERE x.node_id = @node_id::text AND NOT EXISTS (SELECT 1 FROM moved)) v
