@@ -317,6 +317,40 @@ func TestConsoleFollowsARunAndItsLog(t *testing.T) {
 		window.__sameDocument === 1`))
 }
 
+// A queued run's page says why it waits — its node busy with another run, which it names —
+// follows the reason as it changes (the node drained, then not), and stops saying so once
+// that run ends and frees the node: the run is placed, and runs.
+func TestConsoleShowsWhyARunWaits(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	startAgent(t, base, "only-board", agentOpts{labels: []string{"board=rpi4"}}).waitFor("heartbeating")
+	gate := fifo(t, "gate")
+	submit(t, base, client.RunRequest{RunID: "first", Needs: []string{"board=rpi4"},
+		Steps: []client.StepRequest{{ID: "hold", Spec: spec("cmd", `read x < "$GATE"`, "env", map[string]string{"GATE": gate})}}})
+	if s := submit(t, base, client.RunRequest{RunID: "second", Needs: []string{"board=rpi4"},
+		Steps: []client.StepRequest{{ID: "go", Spec: spec("cmd", `echo placed`)}}}); !s.Queued() {
+		t.Fatalf("second: %d, want 202 queued", s.Status)
+	}
+	ctx := tab(t)
+	signIn(t, ctx, base, "/console/runs/second", "dev-client")
+	do(t, ctx, pageHolds(`document.querySelector('#run-state')?.textContent === 'QUEUED' &&
+		document.querySelector('#waiting-reason')?.textContent === 'all_busy' &&
+		(document.querySelector('#run-waiting .role-counts')?.textContent ?? '').includes('first')`))
+	// Drained, the node is unavailable rather than busy: the page follows, and back.
+	admin := api(t, base, "dev-admin")
+	if _, err := admin.Drain(context.Background(), "only-board"); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, pageHolds(`document.querySelector('#waiting-reason')?.textContent === 'unavailable'`))
+	if _, err := admin.Undrain(context.Background(), "only-board"); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, pageHolds(`document.querySelector('#waiting-reason')?.textContent === 'all_busy'`))
+	toStep(t, gate, "go\n")
+	do(t, ctx, pageHolds(`document.querySelector('#run-state')?.textContent === 'SUCCEEDED' &&
+		document.querySelector('#waiting-reason') === null`))
+}
+
 // An admin drains a node from its page; the fleet then shows it draining, by that admin.
 func TestConsoleDrainsANode(t *testing.T) {
 	t.Parallel()
