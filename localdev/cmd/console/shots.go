@@ -19,8 +19,8 @@ type view struct {
 }
 
 var views = []view{
-	{"fleet.png", "/console/", "fleet", `document.querySelectorAll('#nodes tbody tr').length === 8`},
-	{"queue.png", "/console/queue", "queue", `document.querySelectorAll('#queue tbody tr').length > 0`},
+	{"fleet.png", "/console/", "fleet", `document.querySelectorAll('#nodes tbody tr').length === 8 && document.querySelectorAll('#nodes td.lease a').length === 4`},
+	{"queue.png", "/console/queue", "queue", `document.querySelector('#queue .waiting .badge')`},
 	{"runs.png", "/console/runs", "runs", `document.querySelectorAll('#runs tbody tr').length >= 7`},
 	{"run.png", "/console/runs/soak-7?owner=client:bob", "run", `(document.querySelector('pre[data-log=soak]')?.textContent ?? '').includes('soak tick 4:')`},
 	{"node.png", "/console/nodes/rpi-1", "node", `document.querySelector('#node-leases tbody tr')`},

@@ -207,7 +207,7 @@ function fleet(gen) {
       h('td', { class: 'health' }, badge(n.health, 'health'), n.health_reason ? h('span', { class: 'muted' }, ' ' + n.health_reason) : ''),
       h('td', { class: 'drain' }, drainText(n)),
       h('td', { class: 'labels' }, n.labels.map((l) => h('span', { class: 'label' }, l))),
-      h('td', { class: 'lease' }, n.run_id ? [runLink(n.run_id, n.run_owner), n.role ? ' as ' + n.role : '', n.leased_at ? [' since ', when(n.leased_at)] : ''] : ''),
+      h('td', { class: 'lease' }, n.run_id ? [runLink(n.run_id, n.run_owner), n.role ? ' as ' + n.role : '', n.leased_at ? [', leased ', ago(n.leased_at)] : ''] : ''),
       h('td', {}, ago(n.last_seen_at))));
     const pager = h('div', { class: 'pager' },
       h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; draw(); } }, '‹ previous'),
