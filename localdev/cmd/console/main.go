@@ -200,8 +200,8 @@ func (b *browser) tab(base, token string) (context.Context, func(), error) {
 // rendered waits for the view's first render, and answers when it came: performance.now()
 // at the app's mark, in milliseconds from the navigation's start.
 func rendered(ctx context.Context, view string) (float64, error) {
-	expr := `document.body.dataset.rendered === ` + strconv.Quote(view)
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(10*time.Millisecond))); err != nil {
+	// By selector, which outlives a navigation's new execution context (a poll does not).
+	if err := chromedp.Do(ctx, chromedp.WaitReady(`body[data-rendered=`+view+`]`, chromedp.RetryInterval(10*time.Millisecond))); err != nil {
 		return 0, fmt.Errorf("the %s view never rendered: %w", view, err)
 	}
 	return chromedp.Run(ctx, chromedp.Evaluate[float64](`performance.getEntriesByName('console:rendered:'+`+strconv.Quote(view)+`)[0].startTime`))

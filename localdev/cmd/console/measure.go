@@ -163,7 +163,8 @@ func write(dir string, out []sample, took time.Duration) error {
 	md.WriteString("# The console in headless Chromium\n\n")
 	fmt.Fprintf(&md, "Each view loaded %d times, a fresh tab each, against a local stack (`make bench-console`); "+
 		"the time is performance.now() at the mark the app sets at the view's first render (from the navigation's start); "+
-		"requests are counted from the browser's network events up to that render.\n\n", *reps)
+		"requests are counted from the browser's network events until the bench saw that render (within about 10 ms of it: a request begun just after may be in). "+
+		"The simulated nodes heartbeat once, through PUT /v1/nodes/{id}, and are offline a lease later: the fleet view draws each whatever its state.\n\n", *reps)
 	md.WriteString("| view | nodes | first render, median (ms) | loads (ms) | API calls | console files | other requests | note |\n|---|---:|---:|---|---:|---:|---:|---|\n")
 	for _, s := range out {
 		times := make([]string, len(s.TimesMS))
