@@ -220,6 +220,12 @@ func TestConsoleSignInShowsTheFleet(t *testing.T) {
 	for _, n := range nodes {
 		do(t, ctx, pageHolds(cell(n, "state")+` === 'idle' && `+cell(n, "labels")+`.includes('board=rpi4')`))
 	}
+	// The label filter narrows the table, and the address keeps it.
+	do(t, ctx,
+		chromedp.SendKeys(`input[name=label]`, "node_id=rack-2"),
+		pageHolds(`document.querySelectorAll('#nodes tbody tr').length === 1 && document.querySelector('tr[data-node=rack-2]') !== null &&
+			new URLSearchParams(location.search).get('label') === 'node_id=rack-2'`),
+	)
 	if idle := read(t, ctx, chromedp.Text(`#fleet-summary .by-state [data-count=idle] b`)); idle != "3" {
 		t.Fatalf("the fleet counts %q idle nodes, want 3", idle)
 	}
@@ -371,8 +377,9 @@ func TestConsoleDrainsANode(t *testing.T) {
 // hostile is text that would run script if the console inserted it as markup.
 var hostile = []string{`<img src=x onerror=window.__pwned=1>`, `<script>window.__pwned=1</script>`}
 
-// What steps print — their messages, their log lines, their outputs — holds markup here; the
-// console shows it as the characters it is, and none of it runs. (Labels, ids and names cannot
+// What steps print — their messages, their log lines, their outputs — and an admin's
+// quarantine reason hold markup here; the console shows it as the characters it is, and none
+// of it runs. (Labels, ids and names cannot
 // hold < or >: the API refuses them.)
 func TestConsoleShowsTheAPIsTextAsText(t *testing.T) {
 	t.Parallel()
@@ -406,6 +413,21 @@ func TestConsoleShowsTheAPIsTextAsText(t *testing.T) {
 	}
 	if pwned || injected != 0 {
 		t.Fatalf("the page ran or made markup from the API's text: __pwned set %t, %d img/script elements", pwned, injected)
+	}
+
+	// An admin's quarantine reason, on the fleet and the node's page.
+	if _, err := api(t, base, "dev-admin").Quarantine(context.Background(), "text-node", hostile[1]); err != nil {
+		t.Fatal(err)
+	}
+	admin := tab(t)
+	signIn(t, admin, base, "/console/", "dev-admin")
+	do(t, admin, pageHolds(cell("text-node", "health")+`.includes(`+js(hostile[1])+`)`),
+		chromedp.Click(`a.node-link`),
+		pageHolds(`(document.querySelector('#node-health-now')?.textContent ?? '').includes(`+js(hostile[1])+`)`))
+	pwned = read(t, admin, chromedp.Evaluate[bool](`window.__pwned !== undefined`))
+	injected = read(t, admin, chromedp.Evaluate[int](`document.querySelectorAll('#view img, #view script').length`))
+	if pwned || injected != 0 {
+		t.Fatalf("the node's pages ran or made markup from its reason: __pwned set %t, %d img/script elements", pwned, injected)
 	}
 }
 
