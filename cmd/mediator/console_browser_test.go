@@ -357,6 +357,29 @@ func TestConsoleShowsWhyARunWaits(t *testing.T) {
 		document.querySelector('#waiting-reason') === null`))
 }
 
+// A run's page acts on it: an admin raises a queued run's priority, its owner cancels it.
+func TestConsoleSetsPriorityAndCancels(t *testing.T) {
+	t.Parallel()
+	_, base := serve(t)
+	submit(t, base, client.RunRequest{RunID: "later", Needs: []string{"board=none-yet"}, WaitForCapacity: true,
+		Steps: []client.StepRequest{{ID: "s", Spec: spec("cmd", "true")}}})
+	admin := tab(t)
+	signIn(t, admin, base, "/console/runs/later?owner=client:dev-client", "dev-admin")
+	do(t, admin,
+		chromedp.WaitVisible(`#priority input[name=priority]`),
+		chromedp.SetValue(`#priority input[name=priority]`, "90"),
+		chromedp.Click(`#priority button[type=submit]`),
+		pageHolds(`[...document.querySelectorAll('#run-head dt')].some((dt) => dt.textContent === 'priority' && dt.nextElementSibling.textContent === '90')`),
+	)
+	owner := tab(t)
+	signIn(t, owner, base, "/console/runs/later", "dev-client")
+	do(t, owner,
+		pageHolds(`document.querySelector('#run-state')?.textContent === 'QUEUED' && document.querySelector('#priority') === null`),
+		chromedp.Click(`#cancel`),
+		pageHolds(`document.querySelector('#run-state')?.textContent === 'CANCELLED' && document.querySelector('#cancel') === null`),
+	)
+}
+
 // An admin drains a node from its page; the fleet then shows it draining, by that admin.
 func TestConsoleDrainsANode(t *testing.T) {
 	t.Parallel()
