@@ -56,8 +56,8 @@ type FleetCount struct {
 }
 
 // Queue summarises the queue by needs signature, oldest first, as v may see it: every client
-// sees the counts, only the owner (or an admin) the id of the oldest run. Three reads, however
-// deep the queue and large the fleet: the shapes' counts, their heads, the fleet once.
+// sees the counts, only the owner (or an admin) the id of the oldest run. Two reads, however
+// deep the queue: the shapes' counts, then their heads with how their nodes stand.
 func (s *Store) Queue(ctx context.Context, v Viewer) (QueueView, error) {
 	rows, err := queueViewStmt.query(ctx, s.pool)
 	if err != nil {
@@ -81,12 +81,11 @@ func (s *Store) Queue(ctx context.Context, v Viewer) (QueueView, error) {
 	if err := rows.Err(); err != nil {
 		return QueueView{}, queueViewStmt.fail(err)
 	}
-	read, err := s.readWaiting(ctx, groups, v, 0)
+	read, err := s.readWaiting(ctx, groups, v, 0, true)
 	if err != nil {
 		return QueueView{}, err
 	}
-	all := read.standing(needGroup{{}})
-	out.Fleet = FleetCount{Nodes: all.Total(), Live: all.Live()}
+	out.Fleet = read.fleet
 	for i := range out.Queue {
 		e := &out.Queue[i]
 		g := read.standing(needGroup(e.Needs))

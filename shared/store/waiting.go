@@ -73,7 +73,7 @@ func (s *Store) ExplainWaiting(ctx context.Context, p ExplainWaitingParams) erro
 	for _, i := range queued {
 		widest = max(widest, len(p.Runs[i].Roles))
 	}
-	read, err := s.readWaiting(ctx, groups, p.Viewer, widest)
+	read, err := s.readWaiting(ctx, groups, p.Viewer, widest, false)
 	if err != nil {
 		return err
 	}
@@ -135,6 +135,8 @@ type waitingRead struct {
 	groups map[string]groupStanding
 	// free are the nodes free to take work that the read found, each once.
 	free []plan.Node
+	// fleet counts every node, when asked.
+	fleet FleetCount
 }
 
 type groupStanding struct {
@@ -142,14 +144,14 @@ type groupStanding struct {
 	busy []BusyRun
 }
 
-// readWaiting reads the heads and the fleet for groups, each head's roles and every node (the
-// last as the group of no needs), in one statement (waiting.sql). widest is the widest run to
-// be explained, for how many free nodes of each need the walk needs.
-func (s *Store) readWaiting(ctx context.Context, groups []needGroup, v Viewer, widest int) (waitingRead, error) {
+// readWaiting reads the heads and the fleet for groups and each head's roles, and with fleet
+// every node's count, in one statement (waiting.sql). widest is the widest run to be
+// explained, for how many free nodes of each need the walk needs.
+func (s *Store) readWaiting(ctx context.Context, groups []needGroup, v Viewer, widest int, fleet bool) (waitingRead, error) {
 	read := waitingRead{groups: map[string]groupStanding{}}
 	var keys, needs []string
 	seenGroup := map[string]bool{}
-	for _, g := range append(groups, needGroup{{}}) {
+	for _, g := range groups {
 		k := g.key()
 		if seenGroup[k] {
 			continue
@@ -160,7 +162,8 @@ func (s *Store) readWaiting(ctx context.Context, groups []needGroup, v Viewer, w
 		}
 	}
 	st := s.bound.waiting
-	rows, err := st.query(ctx, s.pool, named{"groups": keys, "needs": needs, "owner": v.Owner, "admin": v.Admin, "widest": widest})
+	rows, err := st.query(ctx, s.pool, named{"groups": keys, "needs": needs, "owner": v.Owner, "admin": v.Admin,
+		"widest": widest, "fleet": fleet})
 	if err != nil {
 		return read, err
 	}
@@ -168,34 +171,39 @@ func (s *Store) readWaiting(ctx context.Context, groups []needGroup, v Viewer, w
 	seen := map[string]bool{}
 	for rows.Next() {
 		var (
-			isHead   bool
-			h        plan.Head
-			runID    *string
-			shape    *string
-			created  *time.Time
-			rank     *int
-			prot     *bool
-			grp      *string
-			standing *string
-			count    *int
-			busy     []BusyRun
-			free     []plan.Node
+			isHead            bool
+			h                 plan.Head
+			runID, shape      *string
+			created           *time.Time
+			rank, count, live *int
+			prot              *bool
+			grp, standing     *string
+			busyRuns, busyBy  []string
+			free              []plan.Node
 		)
-		if err := rows.Scan(&isHead, &runID, &shape, &created, &rank, &prot, &h.Roles, &grp, &standing, &count, &busy, &free); err != nil {
+		if err := rows.Scan(&isHead, &runID, &shape, &created, &rank, &prot, &h.Roles, &grp, &standing, &count,
+			&busyRuns, &busyBy, &free, &live); err != nil {
 			return read, st.fail(err)
 		}
-		if isHead {
+		switch {
+		case isHead:
 			h.RunID, h.Shape, h.CreatedAt, h.QueueRank, h.Protected = *runID, *shape, *created, *rank, *prot
 			read.heads = append(read.heads, h)
+			continue
+		case live != nil:
+			read.fleet = FleetCount{Nodes: *count, Live: *live}
 			continue
 		}
 		g := read.groups[*grp]
 		g.Add(*standing, *count)
-		for _, b := range busy {
-			if !v.Admin {
-				b.Owner = ""
+		for i, id := range busyRuns {
+			b := BusyRun{RunID: id}
+			if v.Admin {
+				b.Owner = busyBy[i]
 			}
-			g.busy = append(g.busy, b)
+			if !slices.Contains(g.busy, b) { // a run of several nodes holds several
+				g.busy = append(g.busy, b)
+			}
 		}
 		read.groups[*grp] = g
 		for _, n := range free {

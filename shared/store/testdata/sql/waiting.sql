@@ -15,32 +15,43 @@ WITH RECURSIVE shapes(shape) AS (
      ORDER BY p.shape, p.queue_rank, p.created_at, p.run_id LIMIT 1)) OFFSET 0
     ) h(run_id, shape, created_at, queue_rank, protected, roles)
     WHERE s.shape IS NOT NULL
+), asked AS (
+    SELECT w.grp, w.ord, string_to_array(w.need, ',') AS labels
+    FROM unnest(@groups::text[], @needs::text[]) WITH ORDINALITY AS w(grp, need, ord)
 ), want AS (
-    SELECT w.grp, string_to_array(w.need, ',') AS labels FROM unnest(@groups::text[], @needs::text[]) AS w(grp, need)
-    UNION
-    SELECT array_to_string(ro.needs, ','), ro.needs FROM heads h JOIN run_roles ro ON ro.run_id = h.run_id
-), fleet AS MATERIALIZED (
-    SELECT n.node_id, n.labels, CASE WHEN n.advert_expires_at <= now() THEN 'offline'
+    SELECT * FROM asked
+    UNION ALL
+    SELECT DISTINCT ON (array_to_string(ro.needs, ',')) array_to_string(ro.needs, ','), 0, ro.needs
+    FROM heads h CROSS JOIN LATERAL (SELECT ro.needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
+    WHERE NOT EXISTS (SELECT 1 FROM asked a WHERE a.grp = array_to_string(ro.needs, ','))
+), capable AS (
+    SELECT w.grp, n.node_id, n.labels, CASE WHEN n.advert_expires_at <= now() THEN 'offline'
      WHEN (n.health = 'quarantined') THEN 'quarantined'
      WHEN (n.draining OR n.drain_requested_by IS NOT NULL) THEN 'draining'
      WHEN o.kind = 'hold' THEN 'held'
      WHEN o.kind = 'health_check' THEN 'checking'
      WHEN l.run_id IS NOT NULL THEN 'busy'
      WHEN NOT n.check_run_id IS NULL THEN 'checking'
-     ELSE 'available' END AS standing, (n.health = 'suspect') AS suspect,
-           n.check_run_id, l.run_id IS NULL AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AS free, o.name AS run_name, o.owner AS run_owner
-    FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id LEFT JOIN runs o ON o.run_id = l.run_id
-), capable AS (
-    SELECT DISTINCT ON (w.grp, f.node_id) w.grp, f.* FROM want w JOIN fleet f ON f.labels @> w.labels
+     ELSE 'available' END AS standing, (n.health = 'suspect') AS suspect, n.check_run_id,
+           l.run_id IS NULL AND n.advert_expires_at > now() AND NOT (n.draining OR n.drain_requested_by IS NOT NULL) AND NOT (n.health = 'quarantined') AS free, o.name AS run_name, o.owner AS run_owner
+    FROM want w JOIN nodes n ON n.labels @> w.labels
+    LEFT JOIN leases l ON l.node_id = n.node_id
+    LEFT JOIN LATERAL (SELECT o.name, o.owner, o.kind FROM runs o WHERE o.run_id = l.run_id OFFSET 0) o ON true
+    WHERE NOT EXISTS (SELECT 1 FROM want e WHERE e.grp = w.grp AND e.ord < w.ord AND n.labels @> e.labels)
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles,
-       NULL::text, NULL::text, NULL::int, NULL::json, NULL::json
+       NULL::text, NULL::text, NULL::int, NULL::text[], NULL::text[], NULL::json, NULL::int
 FROM heads h
 UNION ALL
 SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, c.grp, c.standing, count(*)::int,
-       to_json((array_agg(DISTINCT jsonb_build_object('run_id', c.run_name, 'owner', c.run_owner))
-                FILTER (WHERE c.standing = 'busy' AND (@admin::bool OR c.run_owner = @owner::text)))[1:10]),
+       (array_agg(c.run_name) FILTER (WHERE c.standing = 'busy' AND (@admin::bool OR c.run_owner = @owner::text)))[1:10],
+       (array_agg(c.run_owner) FILTER (WHERE c.standing = 'busy' AND (@admin::bool OR c.run_owner = @owner::text)))[1:10],
        to_json((array_agg(json_build_object('ID', c.node_id, 'Labels', c.labels, 'Suspect', c.suspect,
-                    'ReservedFor', coalesce(c.check_run_id, '')) ORDER BY c.node_id) FILTER (WHERE c.free))
-               [1:least(1000, @widest::int + (SELECT coalesce(sum(json_array_length(h.roles)), 0) FROM heads h))])
+                    'ReservedFor', coalesce(c.check_run_id, ''))) FILTER (WHERE c.free))
+               [1:least(1000, @widest::int + (SELECT coalesce(sum(json_array_length(h.roles)), 0) FROM heads h))]),
+       NULL
 FROM capable c GROUP BY c.grp, c.standing
+UNION ALL
+SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL,
+       (count(*) FILTER (WHERE n.advert_expires_at > now()))::int
+FROM nodes n WHERE @fleet::bool
