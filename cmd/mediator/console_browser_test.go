@@ -380,20 +380,29 @@ func TestConsoleSetsPriorityAndCancels(t *testing.T) {
 	)
 }
 
-// An admin drains a node from its page; the fleet then shows it draining, by that admin.
+// An admin sees the hold on a node and drains it from its page; the fleet then shows it
+// drained, by that admin, and still held.
 func TestConsoleDrainsANode(t *testing.T) {
 	t.Parallel()
 	_, base := serveAgents(t, agentTTL)
 	startAgent(t, base, "drain-me", agentOpts{labels: []string{"board=rpi4"}}).waitFor("heartbeating")
+	hold := 600
+	if s := submit(t, base, client.RunRequest{RunID: "bench-hold", Needs: []string{"board=rpi4"}, HoldSeconds: &hold}); !s.Placed() {
+		t.Fatalf("the hold: %d, want 201 placed", s.Status)
+	}
 	ctx := tab(t)
 	signIn(t, ctx, base, "/console/nodes/drain-me", "dev-admin")
 	do(t, ctx,
+		// The node's page names the hold on it, and its owner.
+		pageHolds(`(document.querySelector('#node-holds')?.textContent ?? '').includes('bench-holdclient:dev-client')`),
 		chromedp.WaitVisible(`#drain`),
 		chromedp.Click(`#drain`),
 		pageHolds(`(document.querySelector('#node-drain')?.textContent ?? '').includes('drained by admin:dev-admin')`),
 		chromedp.WaitVisible(`#undrain`),
 		chromedp.Click(`#nav a[data-view=fleet]`),
-		pageHolds(cell("drain-me", "drain")+` === 'drained by admin:dev-admin' && `+cell("drain-me", "state")+` === 'draining'`),
+		// Held, it stays leased until the hold ends, drained all the same.
+		pageHolds(cell("drain-me", "drain")+` === 'drained by admin:dev-admin' && `+cell("drain-me", "state")+` === 'leased' &&
+			`+cell("drain-me", "lease")+`.startsWith('bench-hold as main')`),
 	)
 }
 
