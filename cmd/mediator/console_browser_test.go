@@ -105,8 +105,12 @@ func tab(t *testing.T) context.Context {
 		}
 	}()
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the page's console said:\n%s", said.text())
+		// The app needs nothing its policy refuses: a refusal is a bug (an inline style, a
+		// fetch to an origin connect-src does not name), whatever the test looked at.
+		if text := said.text(); strings.Contains(text, "Content Security Policy") {
+			t.Errorf("the page broke its Content-Security-Policy:\n%s", text)
+		} else if t.Failed() {
+			t.Logf("the page's console said:\n%s", text)
 		}
 	})
 	ctx, cancel := context.WithTimeout(ctx, patience)
