@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"mediator/localdev/apitest"
@@ -530,5 +531,40 @@ func TestConsoleIsServedUnderItsPolicy(t *testing.T) {
 	}
 	if resp, _ := get(t, base+"/healthz"); resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /healthz: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}
+
+// A view reads the API again every few seconds while its tab is visible, and not once while it
+// is hidden. The page's clock is the browser's virtual one (Emulation.setVirtualTimePolicy):
+// ten seconds of the app's timers pass at once, without the test waiting for them.
+func TestConsoleRefreshesOnlyWhileVisible(t *testing.T) {
+	t.Parallel()
+	_, base := serveAgents(t, agentTTL)
+	ctx := tab(t)
+	signIn(t, ctx, base, "/console/runs", "dev-client")
+	// Every API call from here on is counted; the app calls fetch at each call.
+	do(t, ctx, script(`window.__apiCalls = 0; { const f = window.fetch;
+		window.fetch = (u, ...rest) => { if (String(u).startsWith('/v1/')) window.__apiCalls++; return f(u, ...rest); }; }`))
+	pass := func(policy emulation.VirtualTimePolicy) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.WaitEvent(emulation.VirtualTimeBudgetExpired, nil,
+			func(ctx context.Context, _ *chromedp.Target) (emulation.SetVirtualTimePolicyResult, error) {
+				budget := 10000.0 // ms
+				return chromedp.Call(ctx, emulation.SetVirtualTimePolicy, emulation.SetVirtualTimePolicyParams{Policy: policy, Budget: &budget})
+			})); err != nil {
+			t.Fatalf("ten seconds of the page's time: %v", err)
+		}
+	}
+	do(t, ctx, script(`Object.defineProperty(document, 'visibilityState', {value: 'hidden', configurable: true});
+		document.dispatchEvent(new Event('visibilitychange'))`))
+	pass(emulation.VirtualTimePolicyAdvance)
+	if n := read(t, ctx, chromedp.Evaluate[int](`window.__apiCalls`)); n != 0 {
+		t.Fatalf("a hidden tab called the API %d times in ten seconds", n)
+	}
+	do(t, ctx, script(`Object.defineProperty(document, 'visibilityState', {value: 'visible', configurable: true});
+		document.dispatchEvent(new Event('visibilitychange'))`))
+	pass(emulation.VirtualTimePolicyPauseIfNetworkFetchesPending)
+	if n := read(t, ctx, chromedp.Evaluate[int](`window.__apiCalls`)); n < 3 {
+		t.Fatalf("a visible tab called the API %d times in ten seconds, want one every few", n)
 	}
 }
