@@ -270,7 +270,7 @@ function queue(gen) {
     const rows = data.queue.map((e) => h('tr', {},
       h('td', {}, e.needs.map((ls, i) => h('div', { class: 'needs' }, 'role ' + (i + 1) + ': ', ls.map((l) => h('span', { class: 'label' }, l))))),
       h('td', {}, h('b', {}, e.queued), ' ', (e.priorities || []).map((p) => h('div', { class: 'muted' }, 'priority ' + p.priority + ': ' + p.queued))),
-      h('td', {}, duration(e.oldest_wait_seconds), e.oldest_run_id ? [' ', runLink(e.oldest_run_id)] : ''),
+      h('td', {}, duration(e.oldest_wait_seconds), e.oldest_run_id ? [' ', runLink(e.oldest_run_id, e.oldest_run_owner)] : ''),
       h('td', {}, waitingCell(e.waiting)),
       h('td', {}, 'capable ' + e.capable_nodes + ', free ' + e.available_nodes, e.live_nodes !== undefined ? ', live ' + e.live_nodes : '', e.placeable_now ? h('div', {}, badge('placeable now')) : '')));
     replace(body, table(['needs', 'waiting', 'oldest wait', 'why', 'nodes'], rows, { id: 'queue' }));
