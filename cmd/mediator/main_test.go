@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/localdev/fleet"
+	"mediator/localdev/mediatorbin"
 	"mediator/shared/client"
 	"mediator/shared/wire"
 )
@@ -40,13 +40,8 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "mediator")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goTool); err != nil {
-			goTool = "go"
-		}
-		if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building mediator: %v\n%s", err, out)
+		if bin, err = mediatorbin.Build(context.Background(), dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		code := m.Run()

@@ -28,6 +28,7 @@ import (
 
 	"mediator/localdev/devserver"
 	"mediator/localdev/gateway"
+	"mediator/localdev/mediatorbin"
 )
 
 var (
@@ -59,7 +60,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := buildMediator(ctx, dir)
+	bin, err := mediatorbin.Build(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -92,19 +93,6 @@ func run(ctx context.Context) error {
 		return screenshots(ctx, s.Base, agents, b, *shots)
 	}
 	return measure(ctx, s.Base, agents, b, *bench)
-}
-
-// buildMediator builds the mediator binary of this tree for the agents.
-func buildMediator(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "mediator")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "mediator/cmd/mediator").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building mediator: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // agents are the `mediator agent` processes of the seeded stack.
