@@ -9,7 +9,7 @@ LOCAL := $(GO) run ./localdev/cmd/mediatorlocal
 # template.yaml): make build and the build-<LogicalId> targets below come from this list.
 FUNCTIONS := submit query nodes result cancel reap migrate
 
-.PHONY: help prerequisites dev test stress bench bench-fleet migrate build cli lint clean demo
+.PHONY: help prerequisites dev test stress bench bench-fleet bench-console screenshots migrate build cli lint clean demo
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,12 @@ bench: ## throughput, latency and wake cost beside pgbench and River, on a throw
 
 bench-fleet: ## 10,000 nodes heartbeating at their real cadence while runs flow, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/fleet.md
 	@$(call then_stop,(cd localdev/bench && $(GO) run . -fleet -out out),bench)
+
+bench-console: ## the web console in headless Chromium: time to the first render of the fleet at 1,000 and 10,000 nodes and of a run, and the requests each view makes (~2 min); table in localdev/bench/out/console.md
+	@$(call then_stop,$(GO) run ./localdev/cmd/console -bench localdev/bench/out,console)
+
+screenshots: ## a seeded local stack with real agents (Linux), its console's views rendered by headless Chromium to shared/console/screenshots/
+	@$(call then_stop,$(GO) run ./localdev/cmd/console -screenshots shared/console/screenshots,console)
 
 migrate: ## apply the migrations to the local database (the migrate function's code)
 	$(LOCAL) migrate
@@ -102,4 +108,5 @@ clean: ## stop local clusters, remove their data and the build output
 	-$(LOCAL) stop test
 	-$(LOCAL) stop demo
 	-$(LOCAL) stop bench
+	-$(LOCAL) stop console
 	rm -rf .localdev bin .aws-sam localdev/bench/out

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,12 +21,16 @@ import (
 
 	"mediator/localdev/apitest"
 	"mediator/localdev/fleet"
+	"mediator/localdev/mediatorbin"
 	"mediator/shared/client"
 	"mediator/shared/wire"
 )
 
 // bin is the mediator binary these tests run, built once for the test binary.
 var bin string
+
+// atExit runs when the tests have ended, before the binary exits: the console tests' browser.
+var atExit []func()
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
@@ -37,16 +40,15 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "mediator")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goTool); err != nil {
-			goTool = "go"
-		}
-		if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building mediator: %v\n%s", err, out)
+		if bin, err = mediatorbin.Build(context.Background(), dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return m.Run()
+		code := m.Run()
+		for _, f := range atExit {
+			f()
+		}
+		return code
 	}())
 }
 

@@ -278,6 +278,9 @@ func (e *Env) serve(jwt *gateway.JWTAuthorizer, front []func(http.Handler) http.
 	}
 	srv := httptest.NewServer(h)
 	e.T.Cleanup(srv.Close)
+	if e.S3 != nil { // the console, served here, reads steps' logs from the local S3
+		e.S3.AllowOrigin(srv.URL)
+	}
 	return srv.URL
 }
 

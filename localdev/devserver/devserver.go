@@ -252,6 +252,9 @@ func (s *Stack) Serve(port int, tokens *gateway.Tokens, jwt *gateway.JWTAuthoriz
 		return err
 	}
 	s.Base = "http://" + ln.Addr().String()
+	if s.S3 != nil { // the console, served here, reads steps' logs from the local S3
+		s.S3.AllowOrigin(s.Base)
+	}
 	s.server = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.server.Serve(ln) }()

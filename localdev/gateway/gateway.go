@@ -198,11 +198,21 @@ func (g *Gateway) Match(method, path string) (httpapi.Route, map[string]string, 
 	return httpapi.Route{}, nil, false
 }
 
+// matchPath matches a path's segments to a route's. A last segment {name+} is API Gateway's
+// greedy variable: it takes one or more segments, joined by "/" (/console/{proxy+} matches
+// /console/runs/r1 with proxy "runs/r1", not /console itself).
 func matchPath(pattern, segs []string) (map[string]string, bool) {
+	params := map[string]string{}
+	if n := len(pattern); n > 0 && strings.HasPrefix(pattern[n-1], "{") && strings.HasSuffix(pattern[n-1], "+}") {
+		if len(segs) < n || strings.Join(segs[n-1:], "") == "" {
+			return nil, false
+		}
+		params[pattern[n-1][1:len(pattern[n-1])-2]] = strings.Join(segs[n-1:], "/")
+		pattern, segs = pattern[:n-1], segs[:n-1]
+	}
 	if len(pattern) != len(segs) {
 		return nil, false
 	}
-	params := map[string]string{}
 	for i, p := range pattern {
 		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
 			if segs[i] == "" {

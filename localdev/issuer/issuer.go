@@ -1,6 +1,7 @@
 // Package issuer is a local OAuth 2.0 authorization server for `make dev AUTH=jwt`: the
-// client-credentials grant (RFC 6749 §4.4) at a token endpoint, the signing key at a JWKS
-// endpoint, and discovery documents (OpenID Connect Discovery, RFC 8414) that point to both —
+// client-credentials grant (RFC 6749 §4.4) at a token endpoint, the authorization code grant
+// with PKCE for the web console's people (people.go), the signing key at a JWKS endpoint, and
+// discovery documents (OpenID Connect Discovery, RFC 8414) that point to them —
 // what API Gateway's JWT authorizer reads from a Cognito user pool. Its access tokens are real
 // JWTs (RS256, a key generated at each start) with the claims of Cognito's access tokens, so
 // the local gateway validates them as API Gateway would, and shared/auth reads them as it reads
@@ -63,7 +64,9 @@ const DefaultLifetime = 300 * time.Second
 
 // Options configure an issuer.
 type Options struct {
-	Clients  []Client
+	Clients []Client
+	// People may sign in at the authorization endpoint (DevPeople when nil), for the console.
+	People   []Person
 	Lifetime time.Duration // each access token's; zero is DefaultLifetime
 }
 
@@ -77,8 +80,11 @@ type Issuer struct {
 	srv      *http.Server
 	ln       net.Listener
 
+	people []Person
+
 	mu     sync.Mutex
-	issued map[string]int // by client id
+	issued map[string]int   // by client id
+	codes  map[string]grant // the authorization codes not yet traded
 }
 
 // Start listens on addr (127.0.0.1:0 for a free port) and serves until Close. Its URL,
@@ -94,7 +100,11 @@ func Start(addr string, o Options) (*Issuer, error) {
 	if err != nil {
 		return nil, err
 	}
-	i := &Issuer{clients: map[string]Client{}, lifetime: o.Lifetime, key: key, kid: thumbprint(&key.PublicKey), issued: map[string]int{}}
+	if o.People == nil {
+		o.People = DevPeople()
+	}
+	i := &Issuer{clients: map[string]Client{}, lifetime: o.Lifetime, key: key, kid: thumbprint(&key.PublicKey),
+		issued: map[string]int{}, codes: map[string]grant{}, people: o.People}
 	for _, c := range o.Clients {
 		if c.ID == "" || c.Secret == "" {
 			return nil, errors.New("issuer: every client needs an id and a secret")
@@ -107,6 +117,8 @@ func Start(addr string, o Options) (*Issuer, error) {
 	i.url = "http://" + i.ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+TokenPath, i.token)
+	mux.HandleFunc("GET "+AuthorizePath, i.authorize)
+	mux.HandleFunc("POST "+AuthorizePath, i.authorize)
 	mux.HandleFunc("GET "+JWKSPath, i.jwks)
 	mux.HandleFunc("GET "+OpenIDPath, i.discovery)
 	mux.HandleFunc("GET "+OAuthMetaPath, i.discovery)
@@ -127,10 +139,10 @@ func (i *Issuer) TokenURL() string { return i.url + TokenPath }
 // Lifetime is each access token's life.
 func (i *Issuer) Lifetime() time.Duration { return i.lifetime }
 
-// ClientIDs are the clients' ids: the audience a gateway in front of these clients accepts, as
+// ClientIDs are the clients' ids, the console's public client's among them: the audience a gateway in front of these clients accepts, as
 // a stack's JwtAudience lists its Cognito app clients.
 func (i *Issuer) ClientIDs() []string {
-	ids := make([]string, 0, len(i.clients))
+	ids := []string{ConsoleClient}
 	for id := range i.clients {
 		ids = append(ids, id)
 	}
@@ -181,6 +193,10 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	form := r.PostForm
+	if form.Get("grant_type") == "authorization_code" {
+		i.tradeCode(w, r)
+		return
+	}
 	id, secret, basic := r.BasicAuth()
 	if basic {
 		// RFC 6749 §2.3.1: the id and secret are form-encoded before they are base64-encoded.
@@ -218,7 +234,7 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "grant_type is missing")
 		return
 	default:
-		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "only client_credentials is served")
+		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "only client_credentials is served to a client with a secret")
 		return
 	}
 	scopes := client.Scopes
@@ -262,8 +278,8 @@ func (i *Issuer) jwks(w http.ResponseWriter, _ *http.Request) {
 }
 
 // discovery is the metadata API Gateway reads to find the keys (jwks_uri, under the issuer it
-// was configured with) and a client reads to find the token endpoint. There is no
-// authorization endpoint: no grant here sends a browser anywhere.
+// was configured with) and a client reads to find the token endpoint, and the authorization
+// endpoint the console's sign-in sends a browser to.
 func (i *Issuer) discovery(w http.ResponseWriter, _ *http.Request) {
 	scopes := []string{}
 	for _, c := range i.clients {
@@ -277,11 +293,13 @@ func (i *Issuer) discovery(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"issuer":                                i.url,
 		"token_endpoint":                        i.TokenURL(),
+		"authorization_endpoint":                i.AuthorizeURL(),
 		"jwks_uri":                              i.url + JWKSPath,
-		"grant_types_supported":                 []string{"client_credentials"},
-		"token_endpoint_auth_methods_supported": []string{"client_secret_basic", "client_secret_post"},
+		"grant_types_supported":                 []string{"client_credentials", "authorization_code"},
+		"token_endpoint_auth_methods_supported": []string{"client_secret_basic", "client_secret_post", "none"},
+		"code_challenge_methods_supported":      []string{"S256"},
 		"scopes_supported":                      scopes,
-		"response_types_supported":              []string{},
+		"response_types_supported":              []string{"code"},
 		"subject_types_supported":               []string{"public"},
 		"id_token_signing_alg_values_supported": []string{"RS256"},
 	})

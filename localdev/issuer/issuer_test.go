@@ -58,8 +58,8 @@ func discover(t *testing.T, iss *issuer.Issuer) (tokenURL string, keys map[strin
 	var oidc, oauth metadata
 	getJSON(t, iss.URL()+"/.well-known/openid-configuration", &oidc)
 	getJSON(t, iss.URL()+"/.well-known/oauth-authorization-server", &oauth)
-	if oidc.Issuer != iss.URL() || oidc.TokenEndpoint != iss.TokenURL() || strings.Join(oidc.Grants, ",") != "client_credentials" ||
-		strings.Join(oidc.AuthMethods, ",") != "client_secret_basic,client_secret_post" {
+	if oidc.Issuer != iss.URL() || oidc.TokenEndpoint != iss.TokenURL() || strings.Join(oidc.Grants, ",") != "client_credentials,authorization_code" ||
+		strings.Join(oidc.AuthMethods, ",") != "client_secret_basic,client_secret_post,none" {
 		t.Fatalf("discovery: %+v", oidc)
 	}
 	if oauth.Issuer != oidc.Issuer || oauth.TokenEndpoint != oidc.TokenEndpoint || oauth.JWKSURI != oidc.JWKSURI {

@@ -105,6 +105,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// S3's Date is its clock: the SDK corrects its own skew from it before retrying a
 	// RequestTimeTooSkewed, so it must be the clock requests are judged by.
 	h.Set("Date", s.now().UTC().Format(http.TimeFormat))
+	if o := r.Header.Get("Origin"); (r.Method == http.MethodGet || r.Method == http.MethodHead) && s.allowed(o) {
+		h.Set("Access-Control-Allow-Origin", o)
+		h.Set("Access-Control-Expose-Headers", "Content-Length, Content-Range, ETag")
+		h.Add("Vary", "Origin")
+	}
 	if qerr != nil {
 		s.fail(w, r, id, newError(http.StatusBadRequest, "InvalidURI", "Couldn't parse the specified URI."))
 		return

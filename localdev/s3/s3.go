@@ -17,9 +17,9 @@
 //
 // Not served: multipart uploads, CopyObject, ListObjects version 1, versions, ACLs and policies
 // (the one key may do everything), POST uploads from a browser form (the presigner's
-// PresignPostObject), conditional requests (If-Match, If-None-Match, … are ignored), CORS,
-// virtual-hosted addressing, Signature Version 4a, and the aws-chunked streaming payloads the
-// SDK sends only over HTTPS.
+// PresignPostObject), conditional requests (If-Match, If-None-Match, … are ignored), CORS
+// beyond AllowOrigin's one rule, virtual-hosted addressing, Signature Version 4a, and the
+// aws-chunked streaming payloads the SDK sends only over HTTPS.
 //
 // Objects live in memory, and also in a directory when Options.Dir is set, so a local stack can
 // keep its logs across restarts.
@@ -111,8 +111,9 @@ type Server struct {
 	store   *store
 
 	mu       sync.Mutex
-	requests map[string]int // by operation
-	refused  map[string]int // by error code
+	origins  map[string]bool // AllowOrigin's
+	requests map[string]int  // by operation
+	refused  map[string]int  // by error code
 	seq      uint64
 }
 
@@ -156,6 +157,25 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	go func() { _ = s.srv.Serve(ln) }()
 	context.AfterFunc(ctx, func() { _ = s.Close() })
 	return s, nil
+}
+
+// AllowOrigin lets pages of origin (http://127.0.0.1:3000) read objects through presigned GET
+// URLs, as the deployed bucket's CORS rule lets the console's origin (template.yaml,
+// ConsoleOrigin): a GET or HEAD sent with that Origin is answered with
+// Access-Control-Allow-Origin. That one rule is all of CORS served here.
+func (s *Server) AllowOrigin(origin string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.origins == nil {
+		s.origins = map[string]bool{}
+	}
+	s.origins[origin] = true
+}
+
+func (s *Server) allowed(origin string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return origin != "" && s.origins[origin]
 }
 
 // Close stops serving and drops open connections.

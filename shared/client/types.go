@@ -607,10 +607,12 @@ type LeaseList struct {
 // QueueEntry is one kind of queued run: its needs, how many wait, for how long, and how many
 // nodes could serve them.
 type QueueEntry struct {
-	Needs             [][]string `json:"needs"`
-	Queued            int        `json:"queued"`
-	OldestRunID       string     `json:"oldest_run_id,omitempty"`
-	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
+	Needs       [][]string `json:"needs"`
+	Queued      int        `json:"queued"`
+	OldestRunID string     `json:"oldest_run_id,omitempty"`
+	// OldestRunOwner is its owner, shown to admins.
+	OldestRunOwner    string  `json:"oldest_run_owner,omitempty"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
 	// Priorities are how many wait at each priority, highest first.
 	Priorities []PriorityCount `json:"priorities"`
 	// CapableNodes could serve one of its roles, live or not; LiveNodes are those live,

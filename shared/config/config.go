@@ -53,6 +53,8 @@ type Config struct {
 	// Push says where the hints that make nodes look now go (shared/push): both empty, or
 	// either, is push off for what is empty — the agents poll at their cadence as without it.
 	Push Push
+	// Console is how the web console (/console/) signs people in.
+	Console Console
 }
 
 // Push are the push hints' settings (DESIGN.md, Pushing work to agents).
@@ -65,6 +67,20 @@ type Push struct {
 	// (wss://<prefix>-ats.iot.<region>.amazonaws.com/mqtt; a bare host is taken as
 	// wss://<host>/mqtt, IoT Core's WebSocket path); "" offers none.
 	URL string // PUSH_URL
+}
+
+// Console is how the web console signs people in, as GET /console/config.json tells it.
+type Console struct {
+	// SignIn is "token" (a bearer token pasted into a form: the local gateway's development
+	// tokens), "jwt" (OAuth 2.0 authorization code with PKCE against the issuer below) or
+	// "iam" (SigV4, which a browser cannot sign: the console points to the CLI).
+	SignIn string // CONSOLE_SIGN_IN
+	// The issuer's endpoints and the people's public app client, with the scopes it asks for
+	// (JWT only).
+	AuthorizeURL string // CONSOLE_AUTHORIZE_URL
+	TokenURL     string // CONSOLE_TOKEN_URL
+	ClientID     string // CONSOLE_CLIENT_ID
+	Scopes       string // CONSOLE_SCOPES, space-separated
 }
 
 // Logs are the step logs' settings.
@@ -100,6 +116,10 @@ func withScheme(v, scheme, path string) string {
 	}
 	return v
 }
+
+// endpointURL is an OAuth endpoint the console is sent to: http(s), no spaces or quotes (it
+// goes into a Content-Security-Policy by its origin).
+var endpointURL = regexp.MustCompile(`^https?://[^\s'";,]+$`)
 
 // The step logs' bounds: a cap below a kibibyte or a tail longer than the cap would store
 // nothing the reader could use, and a flush past a minute would make a running step's log a
@@ -236,6 +256,13 @@ func Load(getenv func(string) string) (Config, error) {
 			DataEndpoint: withScheme(r.matching("IOT_DATA_ENDPOINT", httpURL, "an http(s) URL or a host name: the account's IoT data endpoint"), "https://", ""),
 			URL:          withScheme(r.matching("PUSH_URL", pushURL, "a wss://, ws:// or tcp:// URL of an MQTT broker, or a host name"), "wss://", "/mqtt"),
 		},
+		Console: Console{
+			SignIn:       r.oneOf("CONSOLE_SIGN_IN", "token", "token", "jwt", "iam"),
+			AuthorizeURL: r.matching("CONSOLE_AUTHORIZE_URL", endpointURL, "an http(s) URL"),
+			TokenURL:     r.matching("CONSOLE_TOKEN_URL", endpointURL, "an http(s) URL"),
+			ClientID:     r.text("CONSOLE_CLIENT_ID"),
+			Scopes:       r.textOr("CONSOLE_SCOPES", "openid mediator/client"),
+		},
 		Database: Database{
 			URL:              r.text("DATABASE_URL"),
 			SecretARN:        r.text("DB_SECRET_ARN"),
@@ -340,6 +367,14 @@ type reader struct {
 }
 
 func (r *reader) text(name string) string { return strings.TrimSpace(r.getenv(name)) }
+
+// textOr is text with a default for an unset variable.
+func (r *reader) textOr(name, def string) string {
+	if v := r.text(name); v != "" {
+		return v
+	}
+	return def
+}
 
 func (r *reader) fail(name, want, got string) {
 	if r.err == nil {

@@ -16,10 +16,14 @@ import (
 	"mediator/shared/wire"
 )
 
-// Query serves the read routes: runs, steps' logs, the queue, the fleet, leases, /healthz and
-// the OpenAPI document.
+// Query serves the read routes: runs, steps' logs, the queue, the fleet, leases, /healthz,
+// the OpenAPI document and the web console.
 func Query(d startup.Deps) Handler {
+	web := newSite(d)
 	return handler(d, map[string]endpoint{
+		"GET /console":                              {public: true, anyQuery: true, page: web.page},
+		"GET /console/config.json":                  {public: true, page: web.config},
+		"GET /console/{proxy+}":                     {public: true, anyQuery: true, page: web.page},
 		"GET /healthz":                              {public: true, serve: healthz},
 		"GET /v1/openapi.json":                      {public: true, serve: openapiDoc},
 		"GET /v1/runs/{run_id}":                     {query: []string{"owner"}, serve: getRun},

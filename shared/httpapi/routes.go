@@ -24,7 +24,7 @@ const (
 	// PeopleCaller: clients, CI and admins — IAM or JWT, as the stack chooses; with JWT, a route
 	// requires one of the Mediator scopes (auth.Scopes).
 	PeopleCaller Caller = "people"
-	// AnyoneCaller: no credentials (/healthz, the contract).
+	// AnyoneCaller: no credentials (/healthz, the contract, the console's files).
 	AnyoneCaller Caller = "anyone"
 )
 
@@ -59,6 +59,12 @@ var Routes = []Route{
 	{"GET", "/v1/queue", "query", PeopleCaller},
 	{"GET", "/healthz", "query", AnyoneCaller},
 	{"GET", "/v1/openapi.json", "query", AnyoneCaller},
+	// The web console: its files hold no secret, and every API call it makes carries the
+	// signed-in person's credentials. config.json comes before the greedy path that would
+	// also match it (API Gateway too prefers the more specific route).
+	{"GET", "/console", "query", AnyoneCaller},
+	{"GET", "/console/config.json", "query", AnyoneCaller},
+	{"GET", "/console/{proxy+}", "query", AnyoneCaller},
 }
 
 // Functions builds every HTTP function's handler by name, as the local gateway serves them.

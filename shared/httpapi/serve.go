@@ -52,7 +52,13 @@ type reply struct {
 type endpoint struct {
 	public bool
 	query  []string
-	serve  func(*call) (reply, error)
+	// anyQuery takes any query string unread: the console's pages, which the browser loads
+	// with whatever the address holds (an OAuth callback's code and state, a view's filter).
+	anyQuery bool
+	serve    func(*call) (reply, error)
+	// page, instead of serve, answers a whole response as it goes out, not JSON: the console's
+	// files.
+	page func(*call) events.APIGatewayV2HTTPResponse
 }
 
 // handler turns a function's endpoints into one Lambda handler: it finds the route, the
@@ -93,11 +99,16 @@ func handler(d startup.Deps, endpoints map[string]endpoint) Handler {
 			}
 			c.who = who
 		}
-		query, bad := parseQuery(req, ep.query)
-		if bad != nil {
-			return c.problem(bad), nil
+		if !ep.anyQuery {
+			query, bad := parseQuery(req, ep.query)
+			if bad != nil {
+				return c.problem(bad), nil
+			}
+			c.query = query
 		}
-		c.query = query
+		if ep.page != nil {
+			return ep.page(c), nil
+		}
 		r, err := ep.serve(c)
 		if err != nil {
 			return c.problem(c.toProblem(err)), nil

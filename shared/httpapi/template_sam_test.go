@@ -115,7 +115,7 @@ func resourcesOf(cfn map[string]any, typ string) []string {
 
 var (
 	integrationFunction = regexp.MustCompile(`/functions/\$\{(\w+)\.Arn\}/invocations$`)
-	pathParameter       = regexp.MustCompile(`\{\w+\}`)
+	pathParameter       = regexp.MustCompile(`\{\w+\+?\}`) // {run_id}, and a greedy {proxy+}
 )
 
 // routesFor are the route keys of the route table whose caller is c.
@@ -522,6 +522,10 @@ func TestTemplateSettingsReachTheConfig(t *testing.T) {
 				if cfg.Logs.Bucket != "mediator-logbucket-1a2b3c4d5e6f7" || cfg.Logs.MaxBytesPerStep != 256<<20 ||
 					cfg.Logs.TailBytes != 16<<20 || cfg.Logs.Flush != 2*time.Second {
 					t.Errorf("%s: step logs %+v, want the LogBucket and the defaults", id, cfg.Logs)
+				}
+				// The console of an IAM stack points people to the CLI: it cannot sign SigV4.
+				if id == "QueryFunction" && cfg.Console.SignIn != "iam" {
+					t.Errorf("%s: the console signs in by %q, want iam", id, cfg.Console.SignIn)
 				}
 				if cfg.Database.ViaProxy != c.viaProxy || cfg.Database.SSLRootCert != c.rootCert {
 					t.Errorf("%s: via proxy %t, root cert %q; want %t, %q", id, cfg.Database.ViaProxy, cfg.Database.SSLRootCert, c.viaProxy, c.rootCert)

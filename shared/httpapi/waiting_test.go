@@ -124,6 +124,13 @@ func TestAQueuedRunSaysWhyItWaits(t *testing.T) {
 			t.Fatalf("queue entry %v: capable, live, available %v, want %v", e.Needs, got, want)
 		}
 	}
+	var asAdmin store.QueueView
+	env.Do(apitest.Admin, "GET", "/v1/queue", nil).Decode(t, &asAdmin)
+	for i, e := range asAdmin.Queue {
+		if e.OldestRunOwner != "client:alice" || view.Queue[i].OldestRunOwner != "" {
+			t.Fatalf("the oldest run's owner: %q to an admin, %q to its owner", e.OldestRunOwner, view.Queue[i].OldestRunOwner)
+		}
+	}
 	env.CheckInvariants()
 }
 

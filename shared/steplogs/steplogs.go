@@ -415,3 +415,20 @@ func (b *Bucket) RemoveRun(ctx context.Context, r store.PrunedRun) error {
 	}
 	return nil
 }
+
+// Origin is the scheme and host (and port) the bucket's presigned URLs point at — S3's
+// endpoint for the bucket in AWS, the local S3 under make dev — which a page that reads logs
+// through them must be allowed to connect to (the console's Content-Security-Policy). It is
+// read off a URL presigned here, so it is whatever addressing the client uses.
+func (b *Bucket) Origin(ctx context.Context) (string, error) {
+	key := "origin"
+	req, err := b.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &b.name, Key: &key}, s3.WithPresignExpires(time.Minute))
+	if err != nil {
+		return "", fmt.Errorf("steplogs: presign a GET: %w", err)
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return "", fmt.Errorf("steplogs: a presigned URL: %w", err)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}

@@ -18,10 +18,12 @@ var queueViewStmt = stmt("queue_view")
 // QueueEntry is one needs signature of the queue (GET /v1/queue): what a user asks when a
 // run sits there — how many wait, for how long, and why.
 type QueueEntry struct {
-	Needs             [][]string `json:"needs"`
-	Queued            int        `json:"queued"`
-	OldestRunID       string     `json:"oldest_run_id,omitempty"` // only to its owner and admins
-	OldestWaitSeconds float64    `json:"oldest_wait_seconds"`
+	Needs       [][]string `json:"needs"`
+	Queued      int        `json:"queued"`
+	OldestRunID string     `json:"oldest_run_id,omitempty"` // only to its owner and admins
+	// OldestRunOwner is its owner, to admins: a run's id is its owner's name for it.
+	OldestRunOwner    string  `json:"oldest_run_owner,omitempty"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
 	// Priorities are how many wait at each priority, highest first.
 	Priorities []PriorityCount `json:"priorities"`
 	// CapableNodes have the labels of one of its roles, live or not; LiveNodes are those whose
@@ -74,6 +76,9 @@ func (s *Store) Queue(ctx context.Context, v Viewer) (QueueView, error) {
 		}
 		if !v.sees(owner) {
 			e.OldestRunID = ""
+		}
+		if v.Admin {
+			e.OldestRunOwner = owner
 		}
 		out.Queue = append(out.Queue, e)
 		groups = append(groups, needGroup(e.Needs))

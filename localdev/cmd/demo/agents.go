@@ -7,29 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"mediator/localdev/agentlog"
 )
-
-// buildMediator builds the mediator binary into dir, with the go tool of the toolchain this
-// program was built by, so the agents are the code of this very tree.
-func buildMediator(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "mediator")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	// By import path, so it builds from any directory of the module (the test runs in its own).
-	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "mediator/cmd/mediator").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building mediator: %w\n%s", err, out)
-	}
-	return bin, nil
-}
 
 // printer serializes the demo's numbered lines and the agents' narration onto one writer.
 type printer struct {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"mediator/localdev/apitest"
+	"mediator/localdev/mediatorbin"
 	"mediator/shared/config"
 )
 
@@ -20,7 +21,7 @@ import (
 // a hang into a failure. The stack pushes hints to the agents, as make demo's does.
 func TestDemoPlaysEveryAct(t *testing.T) {
 	base := serve(t)
-	bin, err := buildMediator(context.Background(), t.TempDir())
+	bin, err := mediatorbin.Build(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"mediator/localdev/mediatorbin"
 	"os"
 	"os/signal"
 	"runtime"
@@ -51,7 +52,7 @@ func demo() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := buildMediator(ctx, dir)
+	bin, err := mediatorbin.Build(ctx, dir)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errors.New("interrupted while building mediator")

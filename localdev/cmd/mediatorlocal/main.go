@@ -139,6 +139,8 @@ func serve(ctx context.Context) error {
 		}
 		defer iss.Close()
 		jwt = &gateway.JWTAuthorizer{Issuer: iss.URL(), Audience: iss.ClientIDs()}
+		// The console signs people in at the issuer's sign-in page.
+		s.Config.Console = iss.ConsoleSignIn()
 	default:
 		return fmt.Errorf("AUTH must be tokens (the default) or jwt, not %q", mode)
 	}

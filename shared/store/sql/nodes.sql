@@ -33,11 +33,14 @@ WITH prev AS (
 ), ins AS (
     -- A node whose agent says at once that its checks fail is born quarantined by itself, so
     -- that no wake places on it between its registration and its quarantine (selfQuarantine).
-    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at, health, quarantined_by, health_reason)
+    -- Its health starts at the insert's own moment, not its transaction's: a restart's
+    -- transaction may have begun before the node it re-registers was removed, and the history
+    -- of the removed node — kept — must end before the new node's health began.
+    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at, health, quarantined_by, health_reason, health_since)
     SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
            now() + @advert_ttl::float8 * interval '1 second', now(),
            CASE WHEN @unhealthy::text = '' THEN {{HEALTHY}} ELSE {{QUARANTINED}} END,
-           CASE WHEN @unhealthy::text <> '' THEN {{by_self}} END, nullif(@unhealthy::text, '')
+           CASE WHEN @unhealthy::text <> '' THEN {{by_self}} END, nullif(@unhealthy::text, ''), clock_timestamp()
     WHERE NOT EXISTS (SELECT 1 FROM prev)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
         health, health_reason, infra_failures, health_since, quarantined_by, check_run_id

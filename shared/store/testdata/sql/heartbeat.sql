@@ -9,11 +9,11 @@ WITH prev AS (
     SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[] AND draining = @draining::bool
       AND advert_expires_at > now() + (@advert_ttl::float8 - @slack::float8) * interval '1 second'
 ), ins AS (
-    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at, health, quarantined_by, health_reason)
+    INSERT INTO nodes (node_id, labels, boot_id, draining, advert_expires_at, last_seen_at, health, quarantined_by, health_reason, health_since)
     SELECT @node_id::text, @labels::text[], @boot_id::text, @draining::bool,
            now() + @advert_ttl::float8 * interval '1 second', now(),
            CASE WHEN @unhealthy::text = '' THEN 'healthy' ELSE 'quarantined' END,
-           CASE WHEN @unhealthy::text <> '' THEN 'self' END, nullif(@unhealthy::text, '')
+           CASE WHEN @unhealthy::text <> '' THEN 'self' END, nullif(@unhealthy::text, ''), clock_timestamp()
     WHERE NOT EXISTS (SELECT 1 FROM prev)
     RETURNING node_id, labels, boot_id, draining, last_seen_at, advert_expires_at, drain_requested_by,
         health, health_reason, infra_failures, health_since, quarantined_by, check_run_id
