@@ -116,4 +116,16 @@ func TestHintsFollowTheCommitsThatChangeANodesWork(t *testing.T) {
 		t.Fatalf("drain: %s", resp)
 	}
 	h.expect("a drain", onR1)
+
+	// A hold placed on a node, then released by its owner: its node hears of both.
+	env.Beat("C", "boot-1", false, "lab")
+	h.expect("a new node's heartbeat")
+	if resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "h", "needs": []string{"lab"}, "hold_seconds": 600}); resp.Status != 201 {
+		t.Fatalf("hold: %s", resp)
+	}
+	h.expect("a placed hold", "C")
+	if resp := env.Do(alice, "POST", "/v1/runs/h/release", nil); resp.Status != 200 {
+		t.Fatalf("release: %s", resp)
+	}
+	h.expect("a hold's release", "C")
 }
