@@ -18,11 +18,12 @@ WITH RECURSIVE {{queued_shapes}}, {{queue_heads}}, asked AS (
     SELECT w.grp, w.ord, string_to_array(w.need, ',') AS labels
     FROM unnest(@groups::text[], @needs::text[]) WITH ORDINALITY AS w(grp, need, ord)
 ), want AS (
-    SELECT * FROM asked
+    -- single: the group has one need, so no node can be counted twice under it.
+    SELECT a.*, count(*) OVER (PARTITION BY a.grp) = 1 AS single FROM asked a
     UNION ALL
     -- Each head's roles looked up by its key (OFFSET 0 keeps it a lookup, not a scan of every
     -- run's roles).
-    SELECT DISTINCT ON ({{need_key ro}}) {{need_key ro}}, 0, ro.needs
+    SELECT DISTINCT ON ({{need_key ro}}) {{need_key ro}}, 0, ro.needs, true
     FROM heads h CROSS JOIN LATERAL (SELECT ro.needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
     WHERE NOT EXISTS (SELECT 1 FROM asked a WHERE a.grp = {{need_key ro}})
 ), capable AS (
@@ -31,7 +32,7 @@ WITH RECURSIVE {{queued_shapes}}, {{queue_heads}}, asked AS (
     FROM want w JOIN nodes n ON n.labels @> w.labels
     LEFT JOIN leases l ON l.node_id = n.node_id
     LEFT JOIN LATERAL (SELECT o.name, o.owner, o.kind FROM runs o WHERE o.run_id = l.run_id OFFSET 0) o ON true
-    WHERE NOT EXISTS (SELECT 1 FROM want e WHERE e.grp = w.grp AND e.ord < w.ord AND n.labels @> e.labels)
+    WHERE w.single OR NOT EXISTS (SELECT 1 FROM want e WHERE e.grp = w.grp AND e.ord < w.ord AND n.labels @> e.labels)
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles,
        NULL::text, NULL::text, NULL::int, NULL::text[], NULL::text[], NULL::json, NULL::int

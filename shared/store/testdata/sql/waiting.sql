@@ -19,9 +19,9 @@ WITH RECURSIVE shapes(shape) AS (
     SELECT w.grp, w.ord, string_to_array(w.need, ',') AS labels
     FROM unnest(@groups::text[], @needs::text[]) WITH ORDINALITY AS w(grp, need, ord)
 ), want AS (
-    SELECT * FROM asked
+    SELECT a.*, count(*) OVER (PARTITION BY a.grp) = 1 AS single FROM asked a
     UNION ALL
-    SELECT DISTINCT ON (array_to_string(ro.needs, ',')) array_to_string(ro.needs, ','), 0, ro.needs
+    SELECT DISTINCT ON (array_to_string(ro.needs, ',')) array_to_string(ro.needs, ','), 0, ro.needs, true
     FROM heads h CROSS JOIN LATERAL (SELECT ro.needs FROM run_roles ro WHERE ro.run_id = h.run_id OFFSET 0) ro
     WHERE NOT EXISTS (SELECT 1 FROM asked a WHERE a.grp = array_to_string(ro.needs, ','))
 ), capable AS (
@@ -37,7 +37,7 @@ WITH RECURSIVE shapes(shape) AS (
     FROM want w JOIN nodes n ON n.labels @> w.labels
     LEFT JOIN leases l ON l.node_id = n.node_id
     LEFT JOIN LATERAL (SELECT o.name, o.owner, o.kind FROM runs o WHERE o.run_id = l.run_id OFFSET 0) o ON true
-    WHERE NOT EXISTS (SELECT 1 FROM want e WHERE e.grp = w.grp AND e.ord < w.ord AND n.labels @> e.labels)
+    WHERE w.single OR NOT EXISTS (SELECT 1 FROM want e WHERE e.grp = w.grp AND e.ord < w.ord AND n.labels @> e.labels)
 )
 SELECT true, h.run_id, h.shape, h.created_at, h.queue_rank, h.protected, h.roles,
        NULL::text, NULL::text, NULL::int, NULL::text[], NULL::text[], NULL::json, NULL::int
