@@ -166,6 +166,8 @@ func TestAgentPushOutageFallsBackToTheCadence(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitFor("push connected")
+	// The stack's side reconnects too (IoT Core's never goes): only then can a hint reach it.
+	within(t, "the data plane back on the broker", 10*time.Second, env.DataPlane.Connected)
 	// What came while it was away is looked at on the reconnect: one hint of the agent's own.
 	within(t, "the reconnect's own look", 10*time.Second, func() bool { return n.log.Count("hint: heartbeating now") > hints })
 	hints = n.log.Count("hint: heartbeating now")

@@ -27,7 +27,7 @@ type DataPlane struct {
 func ServeDataPlane(b *Broker) (*DataPlane, error) {
 	opts := paho.NewClientOptions().AddBroker(b.URL()).SetClientID("mediator-local-dataplane").
 		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(100 * time.Millisecond).
-		SetMaxReconnectInterval(time.Second).SetCleanSession(true).SetOrderMatters(false)
+		SetMaxReconnectInterval(100 * time.Millisecond).SetCleanSession(true).SetOrderMatters(false)
 	d := &DataPlane{client: paho.NewClient(opts)}
 	d.client.Connect() // retries in the background until the broker answers
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -43,6 +43,10 @@ func ServeDataPlane(b *Broker) (*DataPlane, error) {
 
 // URL is the data plane's endpoint.
 func (d *DataPlane) URL() string { return d.url }
+
+// Connected says whether it holds its connection to the broker: after the broker's restart
+// it publishes again only once this holds.
+func (d *DataPlane) Connected() bool { return d.client.IsConnectionOpen() }
 
 // Published is how many hints it has put on the broker.
 func (d *DataPlane) Published() int64 { return d.published.Load() }
