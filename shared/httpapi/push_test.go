@@ -129,3 +129,28 @@ func TestHintsFollowTheCommitsThatChangeANodesWork(t *testing.T) {
 	}
 	h.expect("a hold's release", "C")
 }
+
+// A report that makes a step of another role runnable — its inputs in — hints that role's node,
+// which would otherwise wait for its cadence to start it; a report that changes nothing for the
+// run's other nodes hints none.
+func TestAReportHintsTheRunMateItMadeRunnable(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Push())
+	h := listenHints(t, env)
+	env.Beat("D", "boot-1", false, "dut")
+	env.Beat("H", "boot-1", false, "host")
+	h.expect("heartbeats of new nodes")
+	run := map[string]any{"run_id": "pair",
+		"roles": map[string]any{"dut": map[string]any{"needs": []string{"dut"}}, "host": map[string]any{"needs": []string{"host"}}},
+		"steps": []map[string]any{
+			{"id": "flash", "role": "dut", "spec": map[string]any{"cmd": "true"}},
+			{"id": "test", "role": "host", "after": []string{"flash"}, "spec": map[string]any{"cmd": "true"}}}}
+	if resp := env.Do(alice, "POST", "/v1/runs", run); resp.Status != 201 {
+		t.Fatalf("pair: %s", resp)
+	}
+	h.expect("a placing submit", "D", "H")
+	env.Report("D", "boot-1", env.Epoch("D"), "pair", "flash", "started")
+	h.expect("a started report")
+	env.Report("D", "boot-1", env.Epoch("D"), "pair", "flash", "succeeded")
+	h.expect("the report that made the host's step runnable", "H")
+}

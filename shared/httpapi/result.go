@@ -69,6 +69,7 @@ func result(c *call) (reply, error) {
 	// another wake placed on it comes with that heartbeat.)
 	freed := store.WakeParams{Prefer: []string{p.NodeID}, Held: res.Held, Read: res.Read,
 		HandOver: &store.NodeAtBoot{NodeID: p.NodeID, BootID: p.BootID}}
+	c.hintNodes(res.RunMates...)
 	changed := []string{runID}
 	if res.DebugHold != nil {
 		changed = append(changed, *res.DebugHold)

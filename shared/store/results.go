@@ -44,6 +44,10 @@ type ReportResult struct {
 	DebugHold *string
 	// checkFinished: the report ended the health check due on its node.
 	checkFinished ChecksFinished
+	// RunMates are the nodes of the run's other roles whose work the report changed: a step of
+	// theirs it made runnable (their outputs' inputs are in), or the run it settled under them
+	// (their steps to stop, their leases gone). The caller tells them to look now (push).
+	RunMates []string
 }
 
 // reportStep is a step as the report path reads it.
@@ -259,6 +263,7 @@ func planReport(lr lockedRun, p wire.Report, b *pgx.Batch, res *ReportResult, le
 			"run_id": p.RunID, "keep": keep, "hold_id": debugHoldID(p.RunID), "lease_ttl": leaseTTL,
 		})
 	}
+	res.RunMates = runMates(steps, d, st.Role)
 	res.Next = []NodeStep{}
 	if len(next) > 0 {
 		reportNextStmt.queue(b, func(row pgx.Row) error { return row.Scan(&res.Next) }, p.RunID, next)
@@ -430,6 +435,22 @@ func (d decision) next(role string) []string {
 	for _, s := range d.after {
 		if s.Role == role && s.State == wire.Pending && runnable(d.after, s) {
 			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+// runMates are the nodes of roles other than role whose steps d made runnable, or, when d
+// settles the run, every other role's node.
+func runMates(before []reportStep, d decision, role string) []string {
+	var out []string
+	for i, s := range d.after {
+		if s.Role == role || s.NodeID == "" || slices.Contains(out, s.NodeID) {
+			continue
+		}
+		madeRunnable := s.State == wire.Pending && runnable(d.after, s) && !runnable(before, before[i])
+		if d.settle != "" || madeRunnable {
+			out = append(out, s.NodeID)
 		}
 	}
 	return out
