@@ -266,7 +266,7 @@ function queue(gen) {
     if (gen !== generation) return;
     clearError();
     replace(head, data.fleet ? h('p', {}, 'Fleet: ', h('b', {}, data.fleet.nodes), ' nodes, ', h('b', {}, data.fleet.live), ' live') : '',
-      h('p', { class: 'muted' }, data.queue.length ? data.queue.reduce((s, e) => s + e.queued, 0) + ' runs wait, in ' + data.queue.length + ' shapes' : 'Nothing waits.'));
+      h('p', { class: 'muted' }, data.queue.length ? runsWaiting(data.queue.reduce((s, e) => s + e.queued, 0)) + ', in ' + count(data.queue.length, 'shape') : 'Nothing waits.'));
     const rows = data.queue.map((e) => h('tr', {},
       h('td', {}, e.needs.map((ls, i) => h('div', { class: 'needs' }, 'role ' + (i + 1) + ': ', ls.map((l) => h('span', { class: 'label' }, l))))),
       h('td', {}, h('b', {}, e.queued), ' ', (e.priorities || []).map((p) => h('div', { class: 'muted' }, 'priority ' + p.priority + ': ' + p.queued))),
@@ -538,3 +538,9 @@ function node(gen, nodeID) {
 }
 
 show();
+
+// count is n things, "1 shape" or "3 shapes".
+function count(n, thing) { return n + ' ' + thing + (n === 1 ? '' : 's'); }
+
+// runsWaiting is how many runs wait, "1 run waits" or "3 runs wait".
+function runsWaiting(n) { return count(n, 'run') + (n === 1 ? ' waits' : ' wait'); }
