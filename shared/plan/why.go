@@ -63,6 +63,12 @@ func (c Capacity) lasting() string {
 	return wire.WaitAllBusy
 }
 
+// RolesFit says whether a run waiting for reason (Why's) has its roles fit the free nodes at
+// once: every reason after not_all_roles in wire.WaitReasons.
+func RolesFit(reason string) bool {
+	return slices.Index(wire.WaitReasons, reason) > slices.Index(wire.WaitReasons, wire.WaitNotAllRoles)
+}
+
 // Why says why run, QUEUED, waits: one of wire.WaitReasons. capable is how the nodes that
 // could serve each of its roles stand, in the order of run.Roles; heads are the first run of
 // every queued shape in the order the wake takes them (head_of_shape), and free are available

@@ -27,7 +27,8 @@ type QueueEntry struct {
 	// Priorities are how many wait at each priority, highest first.
 	Priorities []PriorityCount `json:"priorities"`
 	// CapableNodes have the labels of one of its roles, live or not; LiveNodes are those whose
-	// advert is live, AvailableNodes those the queue may place on now.
+	// advert is live, AvailableNodes those the queue may place on now. PlaceableNow: the
+	// shape's roles fit the free nodes at once, as its Waiting says (plan.RolesFit).
 	CapableNodes   int  `json:"capable_nodes"`
 	LiveNodes      int  `json:"live_nodes"`
 	AvailableNodes int  `json:"available_nodes"`
@@ -95,7 +96,6 @@ func (s *Store) Queue(ctx context.Context, v Viewer) (QueueView, error) {
 		e := &out.Queue[i]
 		g := read.standing(needGroup(e.Needs))
 		e.CapableNodes, e.LiveNodes, e.AvailableNodes = g.Total(), g.Live(), g.Available
-		e.PlaceableNow = placeable(e.Needs, read.free)
 		if j := slices.IndexFunc(read.heads, func(h plan.Head) bool { return h.Shape == e.shape }); j >= 0 {
 			h := read.heads[j]
 			names := make([]string, len(h.Roles))
@@ -104,7 +104,7 @@ func (s *Store) Queue(ctx context.Context, v Viewer) (QueueView, error) {
 				names[k], needs[r.Name] = r.Name, r.Needs
 			}
 			w := read.waiting(h, names, func(role string) []string { return needs[role] })
-			e.Waiting = &w
+			e.Waiting, e.PlaceableNow = &w, plan.RolesFit(w.Reason)
 		}
 	}
 	return out, nil
@@ -117,19 +117,6 @@ func shapeRoles(needs [][]string) []match.Role {
 		roles[i] = match.Role{Name: strconv.Itoa(i), Needs: n}
 	}
 	return roles
-}
-
-// placeable says whether a shape's roles fit the free nodes at once, none reserved for a
-// health check.
-func placeable(needs [][]string, free []plan.Node) bool {
-	var open []match.Node
-	for _, n := range free {
-		if n.ReservedFor == "" {
-			open = append(open, match.Node{ID: n.ID, Labels: n.Labels, Available: true})
-		}
-	}
-	_, unmet := match.Assign(shapeRoles(needs), open, "")
-	return len(unmet) == 0
 }
 
 // Shape is the canonical signature of a run's needs: each role's needs sorted, the roles
