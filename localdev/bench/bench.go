@@ -70,11 +70,19 @@ func (b *bench) figure(key string, v float64) {
 
 // call is one handler call's answer, how long it took and what it sent to PostgreSQL.
 type call struct {
-	status  int
-	body    []byte
-	took    time.Duration
+	status int
+	body   []byte
+	took   time.Duration // as the caller saw it
+	// server is the handler's own time (its Server-Timing), for a call over HTTP to another
+	// process; 0 in process, where it is took.
+	server  time.Duration
 	queries int64
 	txs     int64
+}
+
+// caller is a way to call the handlers: in this process (api) or over HTTP (httpAPI).
+type caller interface {
+	do(ctx context.Context, who auth.Principal, method, target string, body any) call
 }
 
 // do calls the stack's handlers, configured as the environment says.
@@ -157,6 +165,7 @@ func (a *api) event(who auth.Principal, method, target string, body []byte) (eve
 type samples struct {
 	mu      sync.Mutex
 	took    []time.Duration
+	server  []time.Duration // the calls' own server times, where they came with one
 	queries int64
 	txs     int64
 }
@@ -165,17 +174,25 @@ func (s *samples) add(c call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.took = append(s.took, c.took)
+	if c.server > 0 {
+		s.server = append(s.server, c.server)
+	}
 	s.queries += c.queries
 	s.txs += c.txs
 }
 
 func (s *samples) n() int { return len(s.took) }
 
-func (s *samples) pct(p float64) time.Duration {
-	if len(s.took) == 0 {
+func (s *samples) pct(p float64) time.Duration { return percentile(s.took, p) }
+
+// serverPct is the p-th percentile of the server's own times (0 without any).
+func (s *samples) serverPct(p float64) time.Duration { return percentile(s.server, p) }
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
-	sorted := slices.Clone(s.took)
+	sorted := slices.Clone(ds)
 	slices.Sort(sorted)
 	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
 }
@@ -187,11 +204,19 @@ func (s *samples) perCall() (float64, float64) {
 	return float64(s.queries) / float64(len(s.took)), float64(s.txs) / float64(len(s.took))
 }
 
-// latencyRow is a row for a kind of call: its rate, percentiles and cost per call.
+// latencyRow is a row for a kind of call: its rate, percentiles and cost per call (blank for
+// calls made to another process, whose statements this one does not see).
 func latencyRow(measure, value string, s *samples, target string) row {
-	q, tx := s.perCall()
-	return row{measure: measure, value: value, p50: ms(s.pct(0.50)), p95: ms(s.pct(0.95)), p99: ms(s.pct(0.99)),
-		roundTrips: fmt.Sprintf("%.1f", q), txs: fmt.Sprintf("%.1f", tx), target: target}
+	r := row{measure: measure, value: value, p50: ms(s.pct(0.50)), p95: ms(s.pct(0.95)), p99: ms(s.pct(0.99)), target: target}
+	if q, tx := s.perCall(); q > 0 {
+		r.roundTrips, r.txs = fmt.Sprintf("%.1f", q), fmt.Sprintf("%.1f", tx)
+	}
+	return r
+}
+
+// serverRow is latencyRow for the server's own times of the same calls.
+func serverRow(measure string, s *samples, target string) row {
+	return row{measure: measure, p50: ms(s.serverPct(0.50)), p95: ms(s.serverPct(0.95)), p99: ms(s.serverPct(0.99)), target: target}
 }
 
 func ms(d time.Duration) string {
@@ -226,21 +251,38 @@ func (b *bench) table() string {
 
 // cpuBusy is how much CPU time the whole machine has spent busy so far (PostgreSQL, the
 // handlers and the simulated clients together: they share it), from /proc/stat; 0 where
-// there is none.
+// there is none. Time the hypervisor gave to another guest (steal) is not in it: see cpuSteal.
 func cpuBusy() time.Duration {
+	busy, _ := cpuTimes()
+	return busy
+}
+
+// cpuSteal is how much CPU time the machine's hypervisor has kept from it so far: time this
+// guest had work to run and another ran instead. On a shared virtual machine it comes in
+// bursts, and every latency measured here stretches while it does.
+func cpuSteal() time.Duration {
+	_, steal := cpuTimes()
+	return steal
+}
+
+func cpuTimes() (busy, steal time.Duration) {
 	raw, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	fields := strings.Fields(strings.SplitN(string(raw), "\n", 2)[0])
-	var busy int64
+	var b, st int64
 	for i, f := range fields[1:] {
 		v, _ := strconv.ParseInt(f, 10, 64)
-		if i != 3 && i != 4 && i < 8 { // all but idle and iowait; guest time is already in user
-			busy += v
+		switch {
+		case i == 7:
+			st = v
+		case i != 3 && i != 4 && i < 7: // all but idle and iowait; guest time is already in user
+			b += v
 		}
 	}
-	return time.Duration(busy) * time.Second / 100 // USER_HZ
+	const tick = time.Second / 100 // USER_HZ
+	return time.Duration(b) * tick, time.Duration(st) * tick
 }
 
 // cpuPer is the machine's busy CPU time since began, per unit of work done.

@@ -41,7 +41,7 @@ type resultAnswer struct {
 // its next beat. Each node registers by its own first heartbeat, the first beats spread evenly
 // over the first cadence (the ramp), so the load is as smooth from the start as after it.
 type cadenced struct {
-	api     *api
+	api     caller
 	name    string // nodes are <name>-1…, runs <name>-r1…
 	nodes   int
 	labels  func(node int) []string
@@ -54,8 +54,11 @@ type cadenced struct {
 	start, from, to time.Time
 
 	beats, idle, submit, started, succeeded samples
-	byBeat, handedOver                      atomic.Int64 // the window's runs, by how the node got them
-	submitted, finished                     atomic.Int64
+	// lag is how late the generator's own timers fired: a node's beat, a client's arrival.
+	// What a call's time holds of the generator and not of the server starts there.
+	lag                 samples
+	byBeat, handedOver  atomic.Int64 // the window's runs, by how the node got them
+	submitted, finished atomic.Int64
 
 	mu     sync.Mutex
 	window map[string]bool // the runs submitted in the window
@@ -120,6 +123,9 @@ func (c *cadenced) client(ctx, nctx context.Context) error {
 		if !next.Before(c.to) || !sleepUntil(nctx, next) {
 			break
 		}
+		if c.measured(next) {
+			c.lag.add(call{took: time.Since(next)})
+		}
 		id := fmt.Sprintf("%s-r%d", c.name, i)
 		if c.measured(next) {
 			c.mu.Lock()
@@ -156,6 +162,9 @@ func (c *cadenced) node(ctx, nctx context.Context, n int, first time.Time) error
 	advert := map[string]any{"boot_id": "b1", "labels": c.labels(n)}
 	for due := first; sleepUntil(nctx, due); {
 		began := time.Now()
+		if c.measured(due) {
+			c.lag.add(call{took: began.Sub(due)})
+		}
 		res := c.api.do(ctx, who, "PUT", "/v1/nodes/"+id, advert)
 		if res.status != 200 {
 			return fmt.Errorf("heartbeat: %d %s", res.status, res.body)

@@ -26,8 +26,8 @@ func writeChart(path string, b *bench) error {
 		{"Mediator lifecycle (runs)", "lifecycle", color.RGBA{0x2c, 0xa0, 0x2c, 0xff}},
 		{"River insert (jobs)", "river insert", color.RGBA{0xff, 0x7f, 0x0e, 0xff}},
 		{"River end-to-end (jobs)", "river e2e", color.RGBA{0xff, 0x7f, 0x0e, 0xff}},
-		{"pgbench TPC-B (tx)", "pgbench TPC-B", color.RGBA{0x7f, 0x7f, 0x7f, 0xff}},
-		{"pgbench simple-update (tx)", "pgbench simple-update", color.RGBA{0x7f, 0x7f, 0x7f, 0xff}},
+		{"pgbench TPC-B (tx, 8 clients)", "pgbench TPC-B 8", color.RGBA{0x7f, 0x7f, 0x7f, 0xff}},
+		{"pgbench simple-update (tx, 8 clients)", "pgbench simple-update 8", color.RGBA{0x7f, 0x7f, 0x7f, 0xff}},
 	}
 	const w, rowH, left, top = 960, 34, 230, 40
 	h := top + rowH*len(bars) + 30

@@ -39,10 +39,24 @@ var (
 	fleet   = flag.Bool("fleet", false, "instead of the sections, a fleet of -fleet-nodes heartbeating at the advertised cadence while runs flow (make bench-fleet)")
 	fleetN  = flag.Int("fleet-nodes", 10000, "how many nodes -fleet simulates")
 	fleetW  = flag.Duration("fleet-window", 60*time.Second, "how long -fleet measures, after one heartbeat cycle of ramp")
+	// The fleet's handlers run in a process of their own (fleetserver.go): this flag makes
+	// the bench that process. Not for use by hand.
+	fleetServer = flag.Bool("fleet-server", false, "serve the fleet's handlers over HTTP (the process -fleet starts)")
+	fleetTrace  = flag.String("fleet-trace", "", "with -fleet, write a Go execution trace of the server process here (go tool trace)")
 )
+
+// benchDatabase is Mediator's database on the bench cluster.
+const benchDatabase = "mediator_bench"
 
 func main() {
 	flag.Parse()
+	if *fleetServer {
+		if err := serveFleet(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: the fleet's server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
 		if err != nil {
@@ -73,7 +87,7 @@ func run(ctx context.Context) error {
 	if profiling() {
 		tracer = append(tracer, prof)
 	}
-	s, err := devserver.Open(ctx, devserver.Options{Cluster: "bench", Database: "mediator_bench", Fresh: true, Log: quiet,
+	s, err := devserver.Open(ctx, devserver.Options{Cluster: "bench", Database: benchDatabase, Fresh: true, Log: quiet,
 		Tracer: tracer, Settings: statementSettings, Push: &devserver.LocalPush{}})
 	defer s.Stop()
 	if err != nil {

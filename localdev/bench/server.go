@@ -9,8 +9,13 @@ import (
 
 // statementSettings make the server record every statement's time (pg_stat_statements), which
 // the server-time figures read: the bench cluster always starts with them.
-var statementSettings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all",
-	"pg_stat_statements.track_planning=on"}
+//
+// The rest trace the tail into the cluster's log (.localdev/pg-bench/postgres.log): every
+// statement over 20 ms with its plan (auto_explain), each wait for a lock longer than
+// deadlock_timeout, every checkpoint and autovacuum run.
+var statementSettings = []string{"shared_preload_libraries=pg_stat_statements,auto_explain", "pg_stat_statements.track=all",
+	"pg_stat_statements.track_planning=on", "auto_explain.log_min_duration=20ms", "auto_explain.log_nested_statements=on",
+	"log_lock_waits=on", "deadlock_timeout=10ms", "log_checkpoints=on", "log_autovacuum_min_duration=0"}
 
 // checkStatements makes sure the server records statements as the figures need, and learns
 // which database is Mediator's (the one whose statements count). A bench

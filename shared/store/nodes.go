@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mediator/shared/wire"
 	"slices"
 	"time"
@@ -32,6 +33,9 @@ type HeartbeatResult struct {
 	// restart's loss counted): its events are the caller's to publish. Nil for a routine
 	// heartbeat, which writes no health and so costs nothing more.
 	HealthChanged []string
+	// FlushDeferred: an idle node's routine heartbeat (nothing written but its advert's times),
+	// committed without waiting for its WAL flush (heartbeatSQL).
+	FlushDeferred bool
 }
 
 // HeldLease is the node's lease as the node sees it.
@@ -93,6 +97,9 @@ func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResul
 	args := named{
 		"node_id": p.NodeID, "boot_id": p.BootID, "labels": labels, "draining": p.Draining, "unhealthy": p.Unhealthy,
 		"advert_ttl": s.set.AdvertTTL.Seconds(), "lease_ttl": s.set.LeaseTTL.Seconds(), "slack": renewSlack.Seconds(),
+		// Alone in its transaction here; heartbeatAfterRestart runs it among the writes of a
+		// restart, which must wait for their flush.
+		"defer_flush": true,
 	}
 	var err error
 	for range 4 {
@@ -115,6 +122,8 @@ func (s *Store) Heartbeat(ctx context.Context, p wire.Heartbeat) (HeartbeatResul
 // heartbeatAfterRestart releases the lease held under the node's previous boot, then takes
 // the advert, in one transaction, the node locked first (lock.go).
 func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, args named) (HeartbeatResult, error) {
+	args = maps.Clone(args)
+	args["defer_flush"] = false
 	return inTx(ctx, s, func(tx pgx.Tx) (HeartbeatResult, error) {
 		if _, err := heartbeatLockNodeStmt.exec(ctx, tx, p.NodeID); err != nil {
 			return HeartbeatResult{}, err
@@ -177,7 +186,7 @@ func scanHeartbeat(row pgx.Row) (res HeartbeatResult, restarted bool, err error)
 	)
 	if err := row.Scan(&restarted, &changed, &nodeID, &state, &labels, &bootID, &draining, &drainBy, &lastSeen,
 		&health.health, &health.reason, &health.failures, &health.since, &health.by, &health.due,
-		&runID, &epoch, &expiresAt, &debugOf, &res.Steps); err != nil {
+		&runID, &epoch, &expiresAt, &debugOf, &res.Steps, &res.FlushDeferred); err != nil {
 		return res, false, err
 	}
 	if restarted {

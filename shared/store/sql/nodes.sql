@@ -16,6 +16,14 @@
 -- faster than that costs reads, not commits (a commit is a WAL flush: one per heartbeat, and
 -- polling agents would starve everything else of them).
 --
+-- An idle node's routine heartbeat — the same boot, labels and drain, its advert still live,
+-- no lease renewed, none under another boot: nothing written but its advert's times and the
+-- pulse — commits without waiting for its WAL flush (@defer_flush, for a heartbeat that is its
+-- transaction's only statement; DESIGN.md, "An idle node's heartbeat"). A crash of the database
+-- can lose only such a write, which the node's next heartbeat makes again. Every other
+-- heartbeat waits for its flush: a lease renewal told to a node is never lost, which the
+-- agent's guard depends on.
+--
 -- The advert is only written when no lease is held under another boot (stale is empty). A
 -- restart has to release that lease in the same transaction as the boot changes — the deferred
 -- FK leases_held_under_current_boot refuses anything else — and that needs the run's row lock
@@ -86,7 +94,14 @@ SELECT
     lease.run_id, lease.epoch, lease.expires_at,
     -- A debug hold's run: its agent keeps that run's failed step directories while it lasts.
     (SELECT d.debug_of FROM runs d WHERE d.run_id = lease.run_id),
-    {{lease_steps lease}}
+    {{lease_steps lease}},
+    -- The setting is the transaction's own (is_local): it ends at this statement's commit and
+    -- never reaches the connection's next transaction. CASE, not AND: only CASE promises that
+    -- set_config runs only when the heartbeat is routine.
+    CASE WHEN @defer_flush::bool AND NOT EXISTS (SELECT 1 FROM stale) AND NOT EXISTS (SELECT 1 FROM renew)
+              AND EXISTS (SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[]
+                                               AND draining = @draining::bool AND advert_expires_at > now())
+         THEN set_config('synchronous_commit', 'off', true) = 'off' ELSE false END
 FROM (SELECT 1) one
 LEFT JOIN node ON true
 LEFT JOIN lease ON true

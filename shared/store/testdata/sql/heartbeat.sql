@@ -65,7 +65,11 @@ SELECT
     'inputs', (SELECT coalesce(json_object_agg(d.step_id, coalesce(d.outputs, '{}') ORDER BY d.ordinal), '{}')
                FROM steps d WHERE d.run_id = s.run_id AND d.step_id = ANY (s.after))) ORDER BY s.ordinal), '[]')
      FROM runs r JOIN steps s ON s.run_id = r.run_id AND s.role = lease.role
-     WHERE r.run_id = lease.run_id AND s.state IN ('PENDING', 'RUNNING'))
+     WHERE r.run_id = lease.run_id AND s.state IN ('PENDING', 'RUNNING')),
+    CASE WHEN @defer_flush::bool AND NOT EXISTS (SELECT 1 FROM stale) AND NOT EXISTS (SELECT 1 FROM renew)
+              AND EXISTS (SELECT 1 FROM prev WHERE boot_id = @boot_id::text AND labels = @labels::text[]
+                                               AND draining = @draining::bool AND advert_expires_at > now())
+         THEN set_config('synchronous_commit', 'off', true) = 'off' ELSE false END
 FROM (SELECT 1) one
 LEFT JOIN node ON true
 LEFT JOIN lease ON true
