@@ -38,7 +38,7 @@ stress: ## the concurrent stress test at its long size (make test runs it at CI 
 bench: ## throughput, latency and wake cost beside pgbench and River, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/
 	@$(call then_stop,(cd localdev/bench && $(GO) run . -out out),bench)
 
-bench-fleet: ## 10,000 nodes heartbeating at their real cadence while runs flow, on a throwaway PostgreSQL (~2 min); table in localdev/bench/out/fleet.md
+bench-fleet: ## 10,000 nodes heartbeating at their real cadence while runs flow, the handlers in a process of their own, on a throwaway PostgreSQL (~3 min); table in localdev/bench/out/fleet.md
 	@$(call then_stop,(cd localdev/bench && $(GO) run . -fleet -out out),bench)
 
 bench-console: ## the web console in headless Chromium: time to the first render of the fleet at 1,000 and 10,000 nodes and of a run, and the requests each view makes (~2 min); table in localdev/bench/out/console.md

@@ -35,11 +35,13 @@ type bench struct {
 	counter *pgcount.Counter
 	dur     time.Duration
 	machine string
-	rows    []row
-	rates   map[string]float64 // for the ratios and the chart
-	figures map[string]float64 // results.json
-	api     *api
-	once    sync.Once
+	// stealAtStart is the hypervisor's steal when the run began (cpuSteal).
+	stealAtStart time.Duration
+	rows         []row
+	rates        map[string]float64 // for the ratios and the chart
+	figures      map[string]float64 // results.json
+	api          *api
+	once         sync.Once
 	// wakeRows keep the wake's samples for the idle-cost comparison.
 	wakeRows []wakeRow
 }

@@ -99,7 +99,7 @@ func run(ctx context.Context) error {
 	}
 	defer admin.Close()
 	prof.pool = admin
-	b := &bench{stack: s, admin: admin, counter: counter, dur: time.Duration(*seconds) * time.Second}
+	b := &bench{stack: s, admin: admin, counter: counter, dur: time.Duration(*seconds) * time.Second, stealAtStart: cpuSteal()}
 	if err := b.checkStatements(ctx); err != nil {
 		return err
 	}
@@ -158,8 +158,12 @@ func (b *bench) write(name, target string, began time.Time) error {
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
-	md := fmt.Sprintf("Measured %s on %s (`%s`, %s).\n\n%s", time.Now().UTC().Format("2006-01-02"), b.machine, target,
-		time.Since(began).Round(time.Second), table)
+	// On a shared virtual machine the hypervisor's steal is what most moves the figures
+	// between runs: the share it took says how much to trust this one.
+	stolen := (cpuSteal() - b.stealAtStart).Seconds() / time.Since(began).Seconds() / float64(runtime.NumCPU())
+	b.figure("machine_cpu_stolen_share", stolen)
+	md := fmt.Sprintf("Measured %s on %s (`%s`, %s; the hypervisor kept %.0f %% of the cores' time from the machine).\n\n%s",
+		time.Now().UTC().Format("2006-01-02"), b.machine, target, time.Since(began).Round(time.Second), 100*stolen, table)
 	if err := os.WriteFile(filepath.Join(*outDir, name+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}
