@@ -18,11 +18,10 @@ const sampleEvery = 50 * time.Millisecond
 // suspects — checkpoints, autovacuum, backends waiting — and the statements' worst times.
 type pgWindow struct {
 	checkpoints int64
-	sessions    int64               // connections opened to Mediator's database
-	autovacuums map[string]int64    // autovacuum and autoanalyze runs, by table
-	updates     map[string][2]int64 // rows updated, and of them heap-only (HOT: no index touched), by table
-	looks       int                 // samples of pg_stat_activity
-	waits       map[string]int      // active backends seen, by wait event ("CPU" for none)
+	sessions    int64                 // connections opened to Mediator's database
+	tables      map[string]tableCount // by table: what changed in the window
+	looks       int                   // samples of pg_stat_activity
+	waits       map[string]int        // active backends seen, by wait event ("CPU" for none)
 	slowest     map[string]float64
 	plannedBeat float64 // the share of heartbeat statements planned afresh
 }
@@ -38,11 +37,7 @@ func (b *bench) watchPostgres(ctx context.Context, until time.Time) (func(contex
 	if err != nil {
 		return nil, err
 	}
-	vacuums, err := b.autovacuums(ctx)
-	if err != nil {
-		return nil, err
-	}
-	updates, err := b.updates(ctx)
+	tables, err := b.tableCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -76,24 +71,14 @@ func (b *bench) watchPostgres(ctx context.Context, until time.Time) (func(contex
 			return w, err
 		}
 		w.sessions -= sessions
-		after, err := b.autovacuums(ctx)
+		after, err := b.tableCounts(ctx)
 		if err != nil {
 			return w, err
 		}
-		w.autovacuums = map[string]int64{}
+		w.tables = map[string]tableCount{}
 		for t, n := range after {
-			if d := n - vacuums[t]; d > 0 {
-				w.autovacuums[t] = d
-			}
-		}
-		now2, err := b.updates(ctx)
-		if err != nil {
-			return w, err
-		}
-		w.updates = map[string][2]int64{}
-		for t, n := range now2 {
-			if d := n[0] - updates[t][0]; d > 0 {
-				w.updates[t] = [2]int64{d, n[1] - updates[t][1]}
+			if d := n.minus(tables[t]); d != (tableCount{}) {
+				w.tables[t] = d
 			}
 		}
 		w.slowest, w.plannedBeat, err = b.slowestStatements(ctx)
@@ -119,41 +104,30 @@ func (b *bench) sessions(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-func (b *bench) autovacuums(ctx context.Context) (map[string]int64, error) {
-	rows, err := b.admin.Query(ctx, `SELECT relname, autovacuum_count + autoanalyze_count FROM pg_stat_user_tables`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	byTable := map[string]int64{}
-	for rows.Next() {
-		var t string
-		var n int64
-		if err := rows.Scan(&t, &n); err != nil {
-			return nil, err
-		}
-		byTable[t] = n
-	}
-	return byTable, rows.Err()
+// tableCount is what the statistics count of a table: autovacuum and autoanalyze runs, rows
+// updated, and of them heap-only — an update that finds room on its row's page and changes no
+// indexed column writes no index entry (a GIN index's go to its pending list, which a writer
+// then has to merge).
+type tableCount struct{ maintenance, updated, hot int64 }
+
+func (c tableCount) minus(o tableCount) tableCount {
+	return tableCount{c.maintenance - o.maintenance, c.updated - o.updated, c.hot - o.hot}
 }
 
-// updates is each table's rows updated so far, and of them heap-only: an update that finds
-// room on its row's page and changes no indexed column writes no index entry (a GIN index's
-// entries go to its pending list, which a writer then has to merge).
-func (b *bench) updates(ctx context.Context) (map[string][2]int64, error) {
-	rows, err := b.admin.Query(ctx, `SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
+func (b *bench) tableCounts(ctx context.Context) (map[string]tableCount, error) {
+	rows, err := b.admin.Query(ctx, `SELECT relname, autovacuum_count + autoanalyze_count, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	byTable := map[string][2]int64{}
+	byTable := map[string]tableCount{}
 	for rows.Next() {
 		var t string
-		var n, hot int64
-		if err := rows.Scan(&t, &n, &hot); err != nil {
+		var c tableCount
+		if err := rows.Scan(&t, &c.maintenance, &c.updated, &c.hot); err != nil {
 			return nil, err
 		}
-		byTable[t] = [2]int64{n, hot}
+		byTable[t] = c
 	}
 	return byTable, rows.Err()
 }
@@ -216,8 +190,10 @@ func (b *bench) slowestStatements(ctx context.Context) (map[string]float64, floa
 // rows are the table's lines for the window.
 func (w pgWindow) rows() []row {
 	var vacuums []string
-	for t, n := range w.autovacuums {
-		vacuums = append(vacuums, fmt.Sprintf("%s ×%d", t, n))
+	for t, n := range w.tables {
+		if n.maintenance > 0 {
+			vacuums = append(vacuums, fmt.Sprintf("%s ×%d", t, n.maintenance))
+		}
 	}
 	sort.Strings(vacuums)
 	if len(vacuums) == 0 {
@@ -227,8 +203,8 @@ func (w pgWindow) rows() []row {
 		value: fmt.Sprintf("%d connections; %d checkpoints; %s", w.sessions, w.checkpoints, strings.Join(vacuums, ", "))}}
 	var hot []string
 	for _, t := range []string{"nodes", "leases"} {
-		if u := w.updates[t]; u[0] > 0 {
-			hot = append(hot, fmt.Sprintf("%s %.0f %% of %d", t, 100*float64(u[1])/float64(u[0]), u[0]))
+		if u := w.tables[t]; u.updated > 0 {
+			hot = append(hot, fmt.Sprintf("%s %.0f %% of %d", t, 100*float64(u.hot)/float64(u.updated), u.updated))
 		}
 	}
 	if len(hot) > 0 {
