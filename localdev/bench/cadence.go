@@ -123,11 +123,9 @@ func (c *cadenced) client(ctx, nctx context.Context) error {
 		if !next.Before(c.to) || !sleepUntil(nctx, next) {
 			break
 		}
-		if c.measured(next) {
-			c.lag.add(call{took: time.Since(next)})
-		}
 		id := fmt.Sprintf("%s-r%d", c.name, i)
 		if c.measured(next) {
+			c.lag.add(call{took: time.Since(next)})
 			c.mu.Lock()
 			c.window[id] = true
 			c.mu.Unlock()

@@ -81,8 +81,10 @@ func (b *bench) watchWindow(ctx context.Context, c *cadenced, server *httpAPI) f
 	}
 	busy, stolen := cpuTimes()
 	w := fleetWindow{cpu: busy - cpu, steal: stolen - steal}
-	if w.server, w.err = b.serverTime(ctx, b.db); w.err == nil {
-		w.pg, w.err = watch(ctx)
+	var st statementsByTag
+	if st, w.err = b.statements(ctx, b.db); w.err == nil {
+		w.server = st.times()
+		w.pg, w.err = watch(ctx, st)
 	}
 	if w.err == nil {
 		var end poolStat

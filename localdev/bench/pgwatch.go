@@ -27,8 +27,8 @@ type pgWindow struct {
 }
 
 // watchPostgres starts looking at Mediator's backends until `until`, and returns what reads the
-// window's figures (once the statements' times have been read, at the window's end).
-func (b *bench) watchPostgres(ctx context.Context, until time.Time) (func(context.Context) (pgWindow, error), error) {
+// window's figures at its end, given that moment's reading of the statements.
+func (b *bench) watchPostgres(ctx context.Context, until time.Time) (func(context.Context, statementsByTag) (pgWindow, error), error) {
 	checkpoints, err := b.checkpoints(ctx)
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func (b *bench) watchPostgres(ctx context.Context, until time.Time) (func(contex
 			mu.Unlock()
 		}
 	}()
-	return func(ctx context.Context) (pgWindow, error) {
+	return func(ctx context.Context, st statementsByTag) (pgWindow, error) {
 		wg.Wait()
 		now, err := b.checkpoints(ctx)
 		if err != nil {
@@ -81,8 +81,16 @@ func (b *bench) watchPostgres(ctx context.Context, until time.Time) (func(contex
 				w.tables[t] = d
 			}
 		}
-		w.slowest, w.plannedBeat, err = b.slowestStatements(ctx)
-		return w, err
+		// The longest single execution of each tag, and the share of heartbeats planned
+		// afresh (a cached generic plan is not planned again).
+		w.slowest = map[string]float64{}
+		for tag, t := range st {
+			w.slowest[tag] = t.worst
+		}
+		if beat := st["heartbeat"]; beat.calls > 0 {
+			w.plannedBeat = beat.plans / beat.calls
+		}
+		return w, nil
 	}, nil
 }
 
@@ -156,35 +164,6 @@ func (b *bench) activeBackends(ctx context.Context) (map[string]int, error) {
 		seen[ev] = n
 	}
 	return seen, rows.Err()
-}
-
-// slowestStatements is the longest one execution of each tag's statements took since the
-// statement times were reset, and the share of the heartbeat's executions that were planned
-// afresh (a cached generic plan is not planned again).
-func (b *bench) slowestStatements(ctx context.Context) (map[string]float64, float64, error) {
-	rows, err := b.admin.Query(ctx, `
-		SELECT coalesce(substring(query FROM '^/\* (.*?) \*/'), ''), max(max_exec_time), sum(plans)::float8, sum(calls)::float8
-		FROM pg_stat_statements
-		WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = $1)
-		GROUP BY 1`, b.db)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
-	slowest := map[string]float64{}
-	var planned float64
-	for rows.Next() {
-		var tag string
-		var worst, plans, calls float64
-		if err := rows.Scan(&tag, &worst, &plans, &calls); err != nil {
-			return nil, 0, err
-		}
-		slowest[tag] = worst
-		if tag == "heartbeat" && calls > 0 {
-			planned = plans / calls
-		}
-	}
-	return slowest, planned, rows.Err()
 }
 
 // rows are the table's lines for the window.

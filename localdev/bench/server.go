@@ -56,8 +56,26 @@ func (b *bench) resetServerTime(ctx context.Context, db string) error {
 // statements are top-level, counted once.) Not in it: parse and bind, the commit itself and
 // its WAL flush, waiting on the network or for a connection.
 func (b *bench) serverTime(ctx context.Context, db string) (map[string]float64, error) {
+	st, err := b.statements(ctx, db)
+	return st.times(), err
+}
+
+// tagStatements is what pg_stat_statements holds of one tag's top-level statements.
+type tagStatements struct {
+	ms           float64 // execution and planning, in all
+	worst        float64 // the longest single execution
+	plans, calls float64
+}
+
+// statementsByTag is one reading of pg_stat_statements, by tag.
+type statementsByTag map[string]tagStatements
+
+// statements reads database db's top-level statements since resetServerTime, by tag (see
+// serverTime).
+func (b *bench) statements(ctx context.Context, db string) (statementsByTag, error) {
 	rows, err := b.admin.Query(ctx, `
-		SELECT coalesce(substring(query FROM '^/\* (.*?) \*/'), ''), sum(total_exec_time + total_plan_time)
+		SELECT coalesce(substring(query FROM '^/\* (.*?) \*/'), ''), sum(total_exec_time + total_plan_time),
+			max(max_exec_time), sum(plans)::float8, sum(calls)::float8
 		FROM pg_stat_statements
 		WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = $1)
 		GROUP BY 1`, db)
@@ -65,16 +83,25 @@ func (b *bench) serverTime(ctx context.Context, db string) (map[string]float64, 
 		return nil, err
 	}
 	defer rows.Close()
-	byTag := map[string]float64{}
+	byTag := statementsByTag{}
 	for rows.Next() {
 		var tag string
-		var ms float64
-		if err := rows.Scan(&tag, &ms); err != nil {
+		var t tagStatements
+		if err := rows.Scan(&tag, &t.ms, &t.worst, &t.plans, &t.calls); err != nil {
 			return nil, err
 		}
-		byTag[tag] = ms
+		byTag[tag] = t
 	}
 	return byTag, rows.Err()
+}
+
+// times is the reading's server time, in ms, by tag.
+func (s statementsByTag) times() map[string]float64 {
+	byTag := make(map[string]float64, len(s))
+	for tag, t := range s {
+		byTag[tag] = t.ms
+	}
+	return byTag
 }
 
 // total is the whole of a serverTime reading.
