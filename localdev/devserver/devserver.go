@@ -149,7 +149,7 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 	}
 	// With EVENT_BUS_NAME set, run events go wherever the SDK resolves EventBridge to
 	// (AWS_ENDPOINT_URL_EVENTBRIDGE for a local stand-in).
-	if s.publisher, err = startup.Publisher(ctx, s.Config, s.Store, s.Log); err != nil {
+	if s.publisher, err = startup.Publisher(ctx, s.Config, startup.NewAWS(), s.Store, s.Log); err != nil {
 		return s, err
 	}
 	if o.S3 != nil {
@@ -171,7 +171,7 @@ func Open(ctx context.Context, o Options) (*Stack, error) {
 func (s *Stack) openPush(ctx context.Context, o LocalPush) error {
 	var err error
 	if s.Config.Push.DataEndpoint != "" {
-		s.hinter, err = startup.Hinter(ctx, s.Config, s.Log)
+		s.hinter, err = startup.Hinter(ctx, s.Config, startup.NewAWS(), s.Log)
 		return err
 	}
 	if s.Broker, err = mqtt.Start(ctx, o.Dir); err != nil {
@@ -193,7 +193,7 @@ func (s *Stack) openPush(ctx context.Context, o LocalPush) error {
 func (s *Stack) openLogs(ctx context.Context, o LocalS3) error {
 	var err error
 	if s.Config.Logs.Bucket != "" {
-		s.logs, err = startup.LogBucket(ctx, s.Config)
+		s.logs, err = startup.LogBucket(ctx, s.Config, startup.NewAWS())
 		return err
 	}
 	if o.Dir != "" {
@@ -205,8 +205,8 @@ func (s *Stack) openLogs(ctx context.Context, o LocalS3) error {
 		return fmt.Errorf("the local S3 on 127.0.0.1:%d (S3_PORT): %w", o.Port, err)
 	}
 	s.Config.Logs.Bucket = LocalLogBucket
-	s.logs, err = startup.LogBucket(ctx, s.Config, awsconfig.WithRegion(s.S3.Region()), awsconfig.WithBaseEndpoint(s.S3.URL()),
-		awsconfig.WithCredentialsProvider(s.S3.Credentials()))
+	s.logs, err = startup.LogBucket(ctx, s.Config, startup.NewAWS(awsconfig.WithRegion(s.S3.Region()),
+		awsconfig.WithBaseEndpoint(s.S3.URL()), awsconfig.WithCredentialsProvider(s.S3.Credentials())))
 	return err
 }
 

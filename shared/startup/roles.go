@@ -3,9 +3,6 @@ package startup
 import (
 	"context"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-
 	"mediator/shared/config"
 	"mediator/shared/dbcreds"
 	"mediator/shared/store"
@@ -14,8 +11,6 @@ import (
 // AppRole is the application role the migrate function grants to after every migration, and
 // creates or sets the password of from its secret (DB_APP_USER, DB_APP_SECRET_ARN). It is read
 // at each migration rather than at start: a secret changed since is the one the role gets.
-func AppRole(ctx context.Context, cfg config.Config) (store.AppRole, error) {
-	return dbcreds.AppRole(ctx, cfg.Database, func(ctx context.Context) (aws.Config, error) {
-		return awsconfig.LoadDefaultConfig(ctx)
-	})
+func AppRole(ctx context.Context, cfg config.Config, a *AWS) (store.AppRole, error) {
+	return dbcreds.AppRole(ctx, cfg.Database, a.Config)
 }

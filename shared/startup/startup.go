@@ -39,6 +39,33 @@ type Deps struct {
 	// Hinter tells nodes to look now after a commit gives them work or takes it away; nil when
 	// IOT_DATA_ENDPOINT is empty (the nodes look at their cadence).
 	Hinter *push.Hinter
+	// AWS is the AWS configuration the function's clients share.
+	AWS *AWS
+}
+
+// AWS is a function's AWS configuration, loaded when a client first needs it and shared by
+// every client after: each load reads the environment and the shared files again, and costs
+// a cold start milliseconds (a function with events, logs and push has three clients, four
+// with IAM database auth). Options change it as the environment would (make dev's local
+// stand-ins). A function's init is one goroutine: it is not for concurrent use.
+type AWS struct {
+	opts []func(*awsconfig.LoadOptions) error
+	cfg  *aws.Config
+}
+
+// NewAWS is the configuration awsconfig.LoadDefaultConfig gives with opts.
+func NewAWS(opts ...func(*awsconfig.LoadOptions) error) *AWS { return &AWS{opts: opts} }
+
+// Config loads the configuration the first time it is asked for, and answers that one after.
+func (a *AWS) Config(ctx context.Context) (aws.Config, error) {
+	if a.cfg == nil {
+		c, err := awsconfig.LoadDefaultConfig(ctx, a.opts...)
+		if err != nil {
+			return aws.Config{}, err
+		}
+		a.cfg = &c
+	}
+	return *a.cfg, nil
 }
 
 // Init prepares a function that serves requests: it refuses to start when the database's
@@ -48,13 +75,13 @@ func Init(name string) Deps {
 	defer cancel()
 	d, err := Open(ctx, name, os.Getenv)
 	if err == nil {
-		d.Publisher, err = Publisher(ctx, d.Config, d.Store, d.Log)
+		d.Publisher, err = Publisher(ctx, d.Config, d.AWS, d.Store, d.Log)
 	}
 	if err == nil {
-		d.Logs, err = LogBucket(ctx, d.Config)
+		d.Logs, err = LogBucket(ctx, d.Config, d.AWS)
 	}
 	if err == nil {
-		d.Hinter, err = Hinter(ctx, d.Config, d.Log)
+		d.Hinter, err = Hinter(ctx, d.Config, d.AWS, d.Log)
 	}
 	if err == nil {
 		err = CheckSchema(ctx, d.Store)
@@ -77,21 +104,22 @@ func Open(ctx context.Context, name string, getenv func(string) string) (Deps, e
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).With("function", name)
 	slog.SetDefault(log)
-	st, err := OpenStore(ctx, cfg, "mediator-"+name, log)
+	a := NewAWS()
+	st, err := openStore(ctx, cfg, a, "mediator-"+name, log, nil)
 	if err != nil {
 		return Deps{}, err
 	}
-	return Deps{Store: st, Config: cfg, Log: log}, nil
+	return Deps{Store: st, Config: cfg, Log: log, AWS: a}, nil
 }
 
 // Publisher is the events' publisher when EVENT_BUS_NAME names a bus, else nil. Its
-// EventBridge client takes the default AWS configuration, endpoint included
+// EventBridge client takes the AWS configuration a, endpoint included
 // (AWS_ENDPOINT_URL_EVENTBRIDGE points it at a local stand-in).
-func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (*publish.Publisher, error) {
+func Publisher(ctx context.Context, cfg config.Config, a *AWS, st *store.Store, log *slog.Logger) (*publish.Publisher, error) {
 	if cfg.EventBusName == "" {
 		return nil, nil
 	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	awsCfg, err := a.Config(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("EVENT_BUS_NAME is set, but the AWS configuration cannot be loaded: %w", err)
 	}
@@ -99,13 +127,12 @@ func Publisher(ctx context.Context, cfg config.Config, st *store.Store, log *slo
 }
 
 // Hinter is the push hints' publisher when IOT_DATA_ENDPOINT names IoT's data plane, else nil.
-// It signs with the function's own credentials, for the configuration's region; opts change
-// that configuration as the environment would (make dev's local stand-in).
-func Hinter(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...func(*awsconfig.LoadOptions) error) (*push.Hinter, error) {
+// It signs with the credentials of a, for its region.
+func Hinter(ctx context.Context, cfg config.Config, a *AWS, log *slog.Logger) (*push.Hinter, error) {
 	if cfg.Push.DataEndpoint == "" {
 		return nil, nil
 	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	awsCfg, err := a.Config(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("IOT_DATA_ENDPOINT is set, but the AWS configuration cannot be loaded: %w", err)
 	}
@@ -113,15 +140,15 @@ func Hinter(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...fu
 }
 
 // LogBucket is the step logs' bucket when LOG_BUCKET names one, else nil. Its S3 client takes
-// the default AWS configuration, endpoint included (AWS_ENDPOINT_URL_S3 points it at a local
-// stand-in, addressed path-style), and signs the URLs it hands out with the function's own
-// credentials. opts change that configuration as the environment would (make dev points a
-// process serving every function at its local S3 without touching the other clients').
-func LogBucket(ctx context.Context, cfg config.Config, opts ...func(*awsconfig.LoadOptions) error) (*steplogs.Bucket, error) {
+// the AWS configuration a, endpoint included (AWS_ENDPOINT_URL_S3 points it at a local
+// stand-in, addressed path-style), and signs the URLs it hands out with its credentials (make
+// dev gives it an AWS of its own, with options that point it at its local S3 without touching
+// the other clients').
+func LogBucket(ctx context.Context, cfg config.Config, a *AWS) (*steplogs.Bucket, error) {
 	if cfg.Logs.Bucket == "" {
 		return nil, nil
 	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	awsCfg, err := a.Config(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("LOG_BUCKET is set, but the AWS configuration cannot be loaded: %w", err)
 	}
@@ -131,14 +158,21 @@ func LogBucket(ctx context.Context, cfg config.Config, opts ...func(*awsconfig.L
 // OpenStore connects with the configured credentials and the store's settings. A tracer, if
 // given, sees every statement.
 func OpenStore(ctx context.Context, cfg config.Config, app string, log *slog.Logger, tracer ...pgx.QueryTracer) (*store.Store, error) {
-	params, err := poolParams(ctx, cfg.Database)
+	var t pgx.QueryTracer
+	if len(tracer) > 0 {
+		t = tracer[0]
+	}
+	return openStore(ctx, cfg, NewAWS(), app, log, t)
+}
+
+// openStore is OpenStore with the credentials, where they live in AWS, through a.
+func openStore(ctx context.Context, cfg config.Config, a *AWS, app string, log *slog.Logger, tracer pgx.QueryTracer) (*store.Store, error) {
+	params, err := dbcreds.PoolParams(ctx, cfg.Database, a.Config)
 	if err != nil {
 		return nil, err
 	}
 	params.AppName = app
-	if len(tracer) > 0 {
-		params.Tracer = tracer[0]
-	}
+	params.Tracer = tracer
 	pool, err := store.Connect(ctx, params)
 	if err != nil {
 		return nil, err
@@ -160,12 +194,6 @@ func Settings(cfg config.Config) store.Settings {
 		MaxHoldSeconds:   cfg.MaxHoldSeconds,
 		HoldExpiringLead: cfg.HoldExpiringLead,
 	}
-}
-
-func poolParams(ctx context.Context, db config.Database) (store.PoolParams, error) {
-	return dbcreds.PoolParams(ctx, db, func(ctx context.Context) (aws.Config, error) {
-		return awsconfig.LoadDefaultConfig(ctx)
-	})
 }
 
 // CheckSchema refuses a database whose schema is older than this build (or dirty).

@@ -118,10 +118,10 @@ func TestLogBucketFromTheEnvironment(t *testing.T) {
 		}
 		return cfg
 	}
-	if b, err := startup.LogBucket(ctx, load(map[string]string{})); b != nil || err != nil {
+	if b, err := startup.LogBucket(ctx, load(map[string]string{}), startup.NewAWS()); b != nil || err != nil {
 		t.Fatalf("without LOG_BUCKET: %v, %v", b, err)
 	}
-	b, err := startup.LogBucket(ctx, load(map[string]string{"LOG_BUCKET": "mediator-logs"}))
+	b, err := startup.LogBucket(ctx, load(map[string]string{"LOG_BUCKET": "mediator-logs"}), startup.NewAWS())
 	if err != nil || b == nil {
 		t.Fatalf("with LOG_BUCKET: %v, %v", b, err)
 	}
@@ -149,5 +149,73 @@ func TestLogBucketFromTheEnvironment(t *testing.T) {
 		Current: true, State: "RUNNING", Tries: 1}, 0)
 	if err != nil || len(log.Chunks) != 1 || log.Chunks[0].Bytes != int64(len("from the environment\n")) {
 		t.Fatalf("read back: %+v, %v", log, err)
+	}
+}
+
+// A function's clients share one load of the AWS configuration: what the environment said when
+// the first client asked is what every later one gets, however the environment moves after.
+func TestTheAWSConfigurationIsLoadedOnceForEveryClient(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFIRST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	a := startup.NewAWS()
+	first, err := a.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDSECOND")
+	second, err := a.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := second.Credentials.Retrieve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Region != "eu-west-1" || second.Region != "eu-west-1" || creds.AccessKeyID != "AKIDFIRST" {
+		t.Fatalf("loaded again: regions %q and %q, key %q", first.Region, second.Region, creds.AccessKeyID)
+	}
+	if fresh, err := startup.NewAWS().Config(ctx); err != nil || fresh.Region != "us-east-1" {
+		t.Fatalf("a new AWS reads the environment as it is now: %q, %v", fresh.Region, err)
+	}
+}
+
+// BenchmarkClientsAtInit is what Init's three AWS clients (events, logs, push) cost a cold
+// start, from one shared load and from a load each.
+func BenchmarkClientsAtInit(b *testing.B) {
+	ctx := context.Background()
+	b.Setenv("AWS_REGION", "eu-west-1")
+	b.Setenv("AWS_ACCESS_KEY_ID", "AKIDBENCH")
+	b.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	cfg, err := config.Load(func(name string) string {
+		return map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none", "EVENT_BUS_NAME": "mediator",
+			"LOG_BUCKET": "mediator-logs", "IOT_DATA_ENDPOINT": "https://iot.example"}[name]
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		aws  func() [3]*startup.AWS
+	}{
+		{"shared", func() [3]*startup.AWS { a := startup.NewAWS(); return [3]*startup.AWS{a, a, a} }},
+		{"a load each", func() [3]*startup.AWS { return [3]*startup.AWS{startup.NewAWS(), startup.NewAWS(), startup.NewAWS()} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				a := c.aws()
+				if _, err := startup.Publisher(ctx, cfg, a[0], nil, nil); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := startup.LogBucket(ctx, cfg, a[1]); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := startup.Hinter(ctx, cfg, a[2], nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

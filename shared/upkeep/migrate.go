@@ -137,7 +137,7 @@ func (m *Migrator) migrate(ctx context.Context) (uint, error) {
 		fsys = migrations.FS
 	}
 	// The application role, which the migration grants to: every other function's login.
-	app, err := startup.AppRole(ctx, d.Config)
+	app, err := startup.AppRole(ctx, d.Config, d.AWS)
 	var v uint
 	if err == nil {
 		v, err = d.Store.MigrateFrom(ctx, fsys, app)
