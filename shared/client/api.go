@@ -33,7 +33,7 @@ var (
 	opRemoveNode = Operation{"DELETE", "/v1/nodes/{node_id}", nil, []int{200}, "RemoveNode"}
 	opDrain      = Operation{"POST", "/v1/nodes/{node_id}/drain", nil, []int{200}, "Drain"}
 	opUndrain    = Operation{"DELETE", "/v1/nodes/{node_id}/drain", nil, []int{200}, "Undrain"}
-	opListNodes  = Operation{"GET", "/v1/nodes", nil, []int{200}, "ListNodes"}
+	opListNodes  = Operation{"GET", "/v1/nodes", []string{"limit", "after"}, []int{200}, "ListNodes"}
 	opListLeases = Operation{"GET", "/v1/leases", nil, []int{200}, "ListLeases"}
 	opQueue      = Operation{"GET", "/v1/queue", nil, []int{200}, "Queue"}
 	opHealth     = Operation{"GET", "/healthz", nil, []int{200}, "Health"}
@@ -310,10 +310,24 @@ func (c *Client) Undrain(ctx context.Context, nodeID string) (*NodeReply, error)
 	return out, c.do(ctx, opUndrain.call(nodeID), out)
 }
 
-// ListNodes reads the fleet (admins).
+// ListNodes reads the whole fleet (admins), one page after another to the last.
 func (c *Client) ListNodes(ctx context.Context) (*NodeList, error) {
-	out := &NodeList{}
-	return out, c.do(ctx, opListNodes.call(), out)
+	all := &NodeList{}
+	for after := ""; ; {
+		page := &NodeList{}
+		k := opListNodes.call()
+		if after != "" {
+			k.query = url.Values{"after": {after}}
+		}
+		if err := c.do(ctx, k, page); err != nil {
+			return page, err
+		}
+		all.Reply, all.Nodes = page.Reply, append(all.Nodes, page.Nodes...)
+		if page.Next == nil {
+			return all, nil
+		}
+		after = *page.Next
+	}
 }
 
 // GetNode reads one node with its recent health changes and leases, newest first (admins).

@@ -586,6 +586,9 @@ type NodeReply struct {
 type NodeList struct {
 	Reply `json:"-"`
 	Nodes []NodeInfo `json:"nodes"`
+	// Next is the cursor of the page after this one (the after parameter), nil on the last:
+	// ListNodes follows it, and answers every page's nodes with Next nil.
+	Next *string `json:"next"`
 }
 
 // Lease is a node held by a run (GET /v1/leases).

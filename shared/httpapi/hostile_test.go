@@ -317,6 +317,11 @@ func TestHostileCatalogue(t *testing.T) {
 		param, _, _ := strings.Cut(q, "=")
 		add(hostileCase{name: "GET /v1/runs?" + q, who: alice, method: "GET", target: "/v1/runs?" + q, status: 400, code: "invalid_request", path: param})
 	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=abc", "limit=1e2", "limit=%201", "limit=1&limit=2",
+		"after=not*a*cursor", "after=" + base64.RawURLEncoding.EncodeToString([]byte("bad id")), "after=%27%3B%20DROP%20TABLE%20nodes%3B--"} {
+		param, _, _ := strings.Cut(q, "=")
+		add(hostileCase{name: "GET /v1/nodes?" + q, who: apitest.Admin, method: "GET", target: "/v1/nodes?" + q, status: 400, code: "invalid_request", path: param})
+	}
 	add(
 		// A cursor's microseconds are bounded: any int64 would overflow ListRuns' `timestamptz
 		// 'epoch' + @after_us * interval '1 microsecond'` in PostgreSQL, a 500.
@@ -359,7 +364,7 @@ func TestHostileCatalogue(t *testing.T) {
 		{apitest.Admin, "DELETE", "/v1/nodes/A?force=1", "force", nil},
 		{nodeA, "POST", "/v1/runs/held/steps/flash/result?status=succeeded", "status", report("A", "a1", epochA, "started")},
 		{alice, "GET", "/v1/queue?state=QUEUED", "state", nil},
-		{apitest.Admin, "GET", "/v1/nodes?limit=1", "limit", nil},
+		{apitest.Admin, "GET", "/v1/nodes?limit=1&state=idle", "state", nil},
 		{apitest.Admin, "GET", "/v1/leases?x=", "x", nil},
 		{apitest.Nobody, "GET", "/healthz?probe=1", "probe", nil},
 	} {

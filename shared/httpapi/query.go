@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -29,7 +30,7 @@ func Query(d startup.Deps) Handler {
 		"GET /v1/runs/{run_id}":                     {query: []string{"owner"}, serve: getRun},
 		"GET /v1/runs":                              {query: []string{"state", "kind", "priority", "limit", "after"}, serve: listRuns},
 		"GET /v1/queue":                             {serve: queue},
-		"GET /v1/nodes":                             {serve: listNodes},
+		"GET /v1/nodes":                             {query: []string{"limit", "after"}, serve: listNodes},
 		"GET /v1/nodes/{node_id}":                   {serve: getNode},
 		"GET /v1/health-checks/{name}":              {serve: getHealthCheck},
 		"GET /v1/health-checks":                     {serve: listHealthChecks},
@@ -185,15 +186,57 @@ func queue(c *call) (reply, error) {
 	return reply{http.StatusOK, view}, nil
 }
 
+// listNodes is the fleet a page at a time, in node_id order (admins). A page ends at limit
+// nodes, or before the node that would take its JSON past wire.NodePageBytes: a node's labels
+// can be kilobytes, and a Lambda's answer cannot pass 6 MB. Its cursor is the page's last
+// node_id, base64url-encoded (a node_id may hold "." and ":", which a cursor does not).
 func listNodes(c *call) (reply, error) {
 	if err := c.allow(auth.Admin); err != nil {
 		return reply{}, err
 	}
-	nodes, err := c.d.Store.ListNodes(c.ctx)
+	p := store.ListNodesParams{Limit: wire.MaxNodePageSize}
+	var errs []problem.FieldError
+	if raw, ok := c.query["limit"]; ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > wire.MaxNodePageSize {
+			errs = append(errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", wire.MaxNodePageSize)})
+		}
+		p.Limit = n
+	}
+	if raw := c.query["after"]; raw != "" {
+		id, err := base64.RawURLEncoding.DecodeString(raw)
+		if err != nil || !wire.IDPattern.Match(id) {
+			errs = append(errs, problem.FieldError{Path: "after", Message: "is not a cursor this API gave out"})
+		}
+		p.After = string(id)
+	}
+	if errs != nil {
+		return reply{}, problem.Invalid(errs)
+	}
+	want := p.Limit
+	p.Limit++ // one more than the page: whether another follows
+	nodes, err := c.d.Store.ListNodes(c.ctx, p)
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{http.StatusOK, map[string]any{"nodes": nodes}}, nil
+	page := make([]json.RawMessage, 0, min(len(nodes), want))
+	size := 0
+	for _, n := range nodes[:min(len(nodes), want)] {
+		b, err := json.Marshal(n)
+		if err != nil {
+			return reply{}, err
+		}
+		if size += len(b) + 1; size > wire.NodePageBytes && len(page) > 0 {
+			break
+		}
+		page = append(page, b)
+	}
+	var next *string
+	if len(page) < len(nodes) {
+		s := base64.RawURLEncoding.EncodeToString([]byte(nodes[len(page)-1].NodeID))
+		next = &s
+	}
+	return reply{http.StatusOK, map[string]any{"nodes": page, "next": next}}, nil
 }
 
 // getNode is one node with its recent health changes and leases, newest first (admin).

@@ -112,7 +112,7 @@ func (s *Store) failUnservable(ctx context.Context) (endedRuns, error) {
 	if err != nil || len(shapes) == 0 {
 		return failed, err
 	}
-	fleet, err := s.ListNodes(ctx)
+	fleet, err := s.ListNodes(ctx, ListNodesParams{})
 	if err != nil {
 		return failed, err
 	}

@@ -232,9 +232,20 @@ func takesWork(n Node) bool {
 	return n.State == wire.NodeIdle && n.Health != wire.HealthQuarantined
 }
 
-// ListNodes is the whole fleet with each node's state (GET /v1/nodes).
-func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
-	return collect(ctx, s.pool, listNodesStmt, pgx.RowToStructByPos[Node])
+// ListNodesParams pages through the fleet in node_id order.
+type ListNodesParams struct {
+	After string // the last node of the page before; "" from the first
+	Limit int    // 0: every node after After
+}
+
+// ListNodes is the fleet with each node's state (GET /v1/nodes), a page of it when p.Limit is
+// set.
+func (s *Store) ListNodes(ctx context.Context, p ListNodesParams) ([]Node, error) {
+	var limit *int
+	if p.Limit > 0 {
+		limit = &p.Limit
+	}
+	return collect(ctx, s.pool, listNodesStmt, pgx.RowToStructByPos[Node], named{"after": p.After, "limit": limit})
 }
 
 // DrainNode records an admin's drain of a node (POST /v1/nodes/{node_id}/drain): it takes no

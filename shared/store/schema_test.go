@@ -252,7 +252,7 @@ func TestConnectionModes(t *testing.T) {
 		var timeout, jit string
 		var named int
 		st := store.New(pool, store.Settings{LeaseTTL: time.Minute, MaxRunWidth: 16}, nil)
-		if _, err := st.ListNodes(ctx); err != nil {
+		if _, err := st.ListNodes(ctx, store.ListNodesParams{}); err != nil {
 			t.Fatalf("viaProxy=%v: %v", viaProxy, err)
 		}
 		c, err := pool.Acquire(ctx)

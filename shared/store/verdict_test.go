@@ -30,7 +30,7 @@ func TestBoundedCandidatesGiveTheFullVerdict(t *testing.T) {
 		}
 		env.Heartbeat(fmt.Sprintf("n%02d", i), "b1", rng.IntN(3) == 0, ls...) // a third draining
 	}
-	nodes, err := env.Store.ListNodes(ctx)
+	nodes, err := env.Store.ListNodes(ctx, store.ListNodesParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,14 @@ const (
 // MaxPageSize bounds a page of a list (GET /v1/runs?limit=).
 const MaxPageSize = 100
 
+// MaxNodePageSize bounds a page of the fleet (GET /v1/nodes?limit=, its default too), and
+// NodePageBytes its JSON: a page ends before the node that would take it past, so that the
+// answer stays under Lambda's 6 MB for any labels (64 of up to 192 bytes each) and reasons.
+const (
+	MaxNodePageSize = 1000
+	NodePageBytes   = 4 << 20
+)
+
 // MaxLabels bounds a node's advert.
 const MaxLabels = 64
 

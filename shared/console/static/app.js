@@ -219,9 +219,16 @@ function fleet(gen) {
   labelIn.addEventListener('input', () => { page = 0; draw(); });
 
   return every(gen, async () => {
-    let data;
+    const all = [];
     try {
-      data = await api('/v1/nodes');
+      // The fleet comes a page at a time (up to 1,000 nodes, under the answer's size limit).
+      for (let after = ''; ;) {
+        const page = await api('/v1/nodes' + (after ? '?after=' + encodeURIComponent(after) : ''));
+        if (gen !== generation) return;
+        all.push(...page.nodes);
+        if (!page.next) break;
+        after = page.next;
+      }
     } catch (e) {
       if (gen !== generation) return;
       if (e instanceof APIError && e.status === 403) {
@@ -234,7 +241,7 @@ function fleet(gen) {
     }
     if (gen !== generation) return;
     clearError();
-    nodes = data.nodes;
+    nodes = all;
     replace(head, summary('state', counts(nodes, 'state', NODE_STATES), 'by-state'), summary('health', counts(nodes, 'health', HEALTHS), 'by-health'),
       h('span', { class: 'muted' }, nodes.length + ' nodes'));
     draw();

@@ -136,10 +136,13 @@ n.node_id, {{node_state n l}}, n.labels, n.boot_id, {{drained n}}, n.drain_reque
 (SELECT h.kind FROM runs h WHERE h.run_id = l.run_id) AS run_kind, l.role, l.granted_at
 
 -- name: list_nodes
+-- The fleet in node_id order from after @after (every node for ''), @limit of them (NULL: all).
 /* nodes: list */
 SELECT {{node_view n l}}
 FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id
+WHERE n.node_id > @after::text
 ORDER BY n.node_id
+LIMIT @limit::int
 
 -- name: drain_node
 -- An admin's drain: the first asker is kept. No wake: it makes no room.

@@ -8,4 +8,6 @@ n.health, n.health_reason, n.infra_failures, n.health_since, n.quarantined_by, N
 (SELECT h.owner FROM runs h WHERE h.run_id = l.run_id) AS run_owner,
 (SELECT h.kind FROM runs h WHERE h.run_id = l.run_id) AS run_kind, l.role, l.granted_at
 FROM nodes n LEFT JOIN leases l ON l.node_id = n.node_id
+WHERE n.node_id > @after::text
 ORDER BY n.node_id
+LIMIT @limit::int
