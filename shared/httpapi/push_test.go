@@ -154,3 +154,46 @@ func TestAReportHintsTheRunMateItMadeRunnable(t *testing.T) {
 	env.Report("D", "boot-1", env.Epoch("D"), "pair", "flash", "succeeded")
 	h.expect("the report that made the host's step runnable", "H")
 }
+
+// The reaper's sweep hints as a handler's commit does: the nodes of a run it timed out and of a
+// hold whose time was up, and the node its wake then placed a queued run on (one hint, however
+// many reasons); a sweep that changed nothing hints nobody.
+func TestTheReapersSweepHintsTheNodesItChanged(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Push())
+	h := listenHints(t, env)
+	env.Beat("A", "boot-1", false, "board")
+	env.Beat("B", "boot-1", false, "board")
+	env.Beat("C", "boot-1", false, "lab")
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("late", "board", "s1"))
+	env.Do(alice, "POST", "/v1/runs", oneNodeRun("busy", "board", "s1"))
+	onLate, onBusy := getRun(t, env, "late").Assigned["main"], getRun(t, env, "busy").Assigned["main"]
+	if resp := env.Do(alice, "POST", "/v1/runs", map[string]any{"run_id": "h", "needs": []string{"lab"}, "hold_seconds": 600}); resp.Status != 201 {
+		t.Fatalf("hold: %s", resp)
+	}
+	queued := oneNodeRun("next", "board", "s1")
+	queued["wait_for_capacity"] = true
+	env.Do(alice, "POST", "/v1/runs", queued)
+	placed := []string{onLate, onBusy, "C"}
+	slices.Sort(placed)
+	h.expect("the placing submits and the hold", placed...)
+	env.Report(onLate, "boot-1", env.Epoch(onLate), "late", "s1", "started")
+	h.expect("a report that changed no one else's work")
+
+	if sum := env.Reap(); sum.TimedOut != 0 || sum.HoldsEnded != 0 {
+		t.Fatalf("a reap with nothing due: %+v", sum)
+	}
+	h.expect("a sweep that changed nothing")
+
+	env.Exec(`UPDATE runs SET deadline_at = now() - interval '1 second' WHERE run_id = 'late'`)
+	env.Exec(`UPDATE runs SET hold_ends_at = now() - interval '1 second' WHERE run_id = 'h'`)
+	if sum := env.Reap(); sum.TimedOut != 1 || sum.HoldsEnded != 1 || sum.Promoted != 1 {
+		t.Fatalf("the reap: %+v", sum)
+	}
+	if got := getRun(t, env, "next").Assigned["main"]; got != onLate {
+		t.Fatalf("the queued run went to %q, not the timed-out run's %s", got, onLate)
+	}
+	swept := []string{onLate, "C"}
+	slices.Sort(swept)
+	h.expect("the sweep: a timeout (its node placed again by the wake) and a hold's end", swept...)
+}

@@ -34,9 +34,10 @@ var functionPolicies = []struct {
 		"they publish run events: the writes' handlers after their commit (httpapi's afterCommit: submit, the heartbeat, " +
 			"node removal and drains, step reports, cancels and priorities), the reaper what is left (publish.Stale). " +
 			"query only reads; migrate turns the outbox on or off in the database, and publishes nothing"},
-	{"PushPolicy", []string{"submit", "nodes", "result", "cancel"}, func(p map[string]string) bool { return p["IotDataEndpoint"] != "" },
+	{"PushPolicy", []string{"submit", "nodes", "result", "cancel", "reap"}, func(p map[string]string) bool { return p["IotDataEndpoint"] != "" },
 		"they push hints after their commit (httpapi's afterCommit and sendHints: a placing submit, a wake's placements, a cancel, " +
-			"a hold's release, a drain): iot:Publish on the nodes' hint topics. query, reap and migrate send none"},
+			"a hold's release, a drain), and the reaper after its sweep (upkeep.Reap: its wake's placements, the runs and holds it ended): " +
+			"iot:Publish on the nodes' hint topics. query and migrate send none"},
 	// A presigned URL can do only what its signer may: each function's role is what the URLs it
 	// signs, and the requests it sends itself, need of the log bucket (shared/steplogs).
 	{"LogWritePolicy", []string{"result"}, always,

@@ -97,7 +97,7 @@ func (s *Store) cancelLocked(ctx context.Context, tx pgx.Tx, lr lockedRun, key s
 			stmt: endCancelledStmt, from: lr.state, state: wire.Cancelled, reason: wire.ReasonCancelled, kind: "cancelled", pendingTo: wire.Cancelled,
 			args: named{"run_id": key, "cancel_reason": nullIfEmpty(p.Reason)},
 		})
-		return CancelResult{Settled: true, Released: ended.freed, CapacityAppeared: ended.madeRoom()}, err
+		return CancelResult{Settled: true, Released: len(ended.freed), CapacityAppeared: ended.madeRoom()}, err
 	}
 	after := make([]reportStep, len(lr.steps))
 	for i, st := range lr.steps {

@@ -46,6 +46,10 @@ type ReapSummary struct {
 	// HealthChanged are the nodes whose health the lost leases moved: the reap function
 	// publishes their events right after the sweep (not part of the summary's JSON).
 	HealthChanged []string `json:"-"`
+	// Hinted are the nodes whose work the sweep changed: their leases released by a run's or
+	// a hold's end (a timeout, a cancel's grace, a hold's time), or a run placed on them by its
+	// wake. The reap function tells them to look now (not part of the summary's JSON).
+	Hinted []string `json:"-"`
 }
 
 // reapBatch bounds each read of what is due, and so each transaction that acts on it: a
@@ -108,6 +112,7 @@ func (s *Store) Reap(ctx context.Context, p ReapParams) (ReapSummary, error) {
 		return sum, err
 	}
 	sum.Walked = wake.Walked
+	sum.Hinted = append(sum.Hinted, wake.Placed...)
 	if madeRoom {
 		sum.Promoted = wake.Promoted
 	} else if wake.Promoted > 0 {
@@ -379,6 +384,7 @@ func (s *Store) endInBatches(ctx context.Context, count *int, sum *ReapSummary, 
 			return madeRoom, err
 		}
 		*count += ended.runs
+		sum.Hinted = append(sum.Hinted, ended.freed...)
 		madeRoom = madeRoom || ended.madeRoom()
 		if ended.runs < reapBatch {
 			return madeRoom, nil

@@ -20,15 +20,15 @@ type ending struct {
 
 // endedRuns is what one endRuns did.
 type endedRuns struct {
-	runs  int // runs ended
-	freed int // leases released
+	runs  int      // runs ended
+	freed []string // the nodes whose leases it released
 	// unblocked counts ended queued runs that starvation protection held nodes for: younger
 	// runs may take those nodes now.
 	unblocked int
 }
 
 // madeRoom says whether the end may have made room for a queued run: the caller wakes then.
-func (e endedRuns) madeRoom() bool { return e.freed > 0 || e.unblocked > 0 }
+func (e endedRuns) madeRoom() bool { return len(e.freed) > 0 || e.unblocked > 0 }
 
 // endRuns ends what e selects, through q (the pool, or a transaction holding the run).
 func (s *Store) endRuns(ctx context.Context, q querier, e ending) (endedRuns, error) {

@@ -15,7 +15,8 @@ import (
 )
 
 // Reap is the reap function's handler: it runs the store's sweep once per scheduled event (the
-// step logs of the runs retention prunes removed first, in a stack that keeps logs),
+// step logs of the runs retention prunes removed first, in a stack that keeps logs), tells the
+// nodes whose work the sweep changed to look now (a hint, as a handler's, within push.Budget),
 // publishes the events of the nodes whose health it moved and those handlers left unpublished,
 // logs the summary as one structured line whose counts are CloudWatch metrics (metrics.go), and
 // answers it.
@@ -27,6 +28,8 @@ func Reap(d startup.Deps) func(context.Context, events.EventBridgeEvent) (store.
 	}
 	return func(ctx context.Context, ev events.EventBridgeEvent) (store.ReapSummary, error) {
 		sum, err := st.Reap(ctx, params)
+		// What the sweep committed before a failure is the nodes' to see too.
+		d.Hinter.Hint(ctx, sum.Hinted...)
 		if err == nil {
 			// The health the sweep moved goes out now, as a handler's would; the rest once
 			// stale. EventBridge being down is not the reap's failure: the events stay marked,

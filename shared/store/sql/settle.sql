@@ -5,8 +5,8 @@
 -- decision is made inside the statement that acts on it, so there is no window between reading
 -- what is due and ending it, I7). Every step that is not final becomes final, every lease is
 -- released, each run gets its event (a hold its hold_ended too) — one statement, so one
--- transaction. It answers how many runs ended, how many leases it freed, and how many ended
--- runs were queued and protected (their nodes may serve younger runs now).
+-- transaction. It answers how many runs ended, the nodes whose leases it freed, and how many
+-- ended runs were queued and protected (their nodes may serve younger runs now).
 run AS (
     UPDATE runs r SET state = @end_state::text, reason = @end_reason::text, finished_at = now(), deadline_at = NULL,
         cancel_requested_at = CASE WHEN @end_state::text = {{CANCELLED}}
@@ -30,7 +30,7 @@ run AS (
     SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, @end_reason::text
     FROM run WHERE kind = {{KIND_HOLD}}
 )
-SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)
+SELECT (SELECT count(*) FROM run), (SELECT coalesce(array_agg(node_id), '{}') FROM freed), (SELECT count(*) FROM run WHERE unblocks)
 
 -- name: end_cancelled
 -- A cancel that settles at once: a queued run, a forced cancel, a run with nothing running.

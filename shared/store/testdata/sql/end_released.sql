@@ -19,4 +19,4 @@ WITH due AS (SELECT run_id FROM runs WHERE run_id = @run_id::text AND kind = 'ho
     SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, @end_reason::text
     FROM run WHERE kind = 'hold'
 )
-SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)
+SELECT (SELECT count(*) FROM run), (SELECT coalesce(array_agg(node_id), '{}') FROM freed), (SELECT count(*) FROM run WHERE unblocks)

@@ -25,4 +25,4 @@ WITH due AS (
     SELECT run_id, attempt, 'hold_ended', @end_from::text, @end_state::text, @end_reason::text
     FROM run WHERE kind = 'hold'
 )
-SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM freed), (SELECT count(*) FROM run WHERE unblocks)
+SELECT (SELECT count(*) FROM run), (SELECT coalesce(array_agg(node_id), '{}') FROM freed), (SELECT count(*) FROM run WHERE unblocks)
