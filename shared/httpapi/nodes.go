@@ -47,6 +47,7 @@ func heartbeat(c *call) (reply, error) {
 	if res.Lease != nil {
 		c.runID = res.Lease.RunID
 	}
+	c.hintNodes(res.RunMates...)
 	c.afterCommit(res.Runs, res.CapacityAppeared, store.WakeParams{}, res.HealthChanged...)
 	steps := res.Steps
 	if steps == nil {
@@ -75,6 +76,7 @@ func removeNode(c *call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	c.hintNodes(res.RunMates...)
 	c.afterCommit(res.Runs, res.CapacityAppeared, store.WakeParams{})
 	return reply{http.StatusOK, map[string]any{"node_id": nodeID, "released": res.Released, "runs_failed": res.Unservable}}, nil
 }

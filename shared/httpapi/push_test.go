@@ -197,3 +197,41 @@ func TestTheReapersSweepHintsTheNodesItChanged(t *testing.T) {
 	slices.Sort(swept)
 	h.expect("the sweep: a timeout (its node placed again by the wake) and a hold's end", swept...)
 }
+
+// A run that loses one node loses them all: its run-mates' nodes are told to look now, whether
+// the loss was a lease the reaper found expired, a restart's heartbeat or an admin's removal.
+func TestLosingANodeHintsItsRunMates(t *testing.T) {
+	t.Parallel()
+	env := apitest.New(t, apitest.Push())
+	h := listenHints(t, env)
+	env.Beat("D", "b1", false, "dut")
+	env.Beat("H", "b1", false, "host")
+	pair := func(id string) {
+		t.Helper()
+		run := pairRun(id)
+		run["max_attempts"] = 1
+		if resp := env.Do(alice, "POST", "/v1/runs", run); resp.Status != 201 {
+			t.Fatalf("%s: %s", id, resp)
+		}
+		h.expect("a pair placed", "D", "H")
+	}
+
+	pair("expired")
+	env.Exec(`UPDATE leases SET expires_at = now() - interval '1 second' WHERE node_id = 'D'`)
+	if sum := env.Reap(); sum.Expired != 1 {
+		t.Fatalf("the reap: %+v", sum)
+	}
+	h.expect("D's lease expired", "H")
+
+	env.Beat("D", "b1", false, "dut") // back after its lease expired
+	h.expect("D's heartbeat after its loss")
+	pair("restarted")
+	env.Beat("D", "b2", false, "dut")
+	h.expect("D restarted", "H")
+
+	pair("removed")
+	if resp := env.Do(apitest.Admin, "DELETE", "/v1/nodes/D", nil); resp.Status != 200 {
+		t.Fatalf("remove: %s", resp)
+	}
+	h.expect("D removed", "H")
+}

@@ -31,6 +31,9 @@ type RemoveResult struct {
 	CapacityAppeared bool `json:"-"`
 	// Runs are the runs that lost the node (their events are the caller's to publish).
 	Runs []string `json:"-"`
+	// RunMates are the run-mates' nodes whose leases went with it: the caller tells them to
+	// look now.
+	RunMates []string `json:"-"`
 }
 
 // RemoveNode takes a node out of the fleet. A run holding it loses it (reason node_removed);
@@ -64,7 +67,7 @@ func (s *Store) RemoveNode(ctx context.Context, nodeID string) (RemoveResult, er
 	if err != nil {
 		s.log.Warn("failing unservable runs after a node's removal", "node_id", nodeID, "error", err.Error())
 	}
-	res := RemoveResult{Released: released, Unservable: unservable.runs,
+	res := RemoveResult{Released: released, Unservable: unservable.runs, RunMates: lost.mates,
 		CapacityAppeared: released > 0 || unservable.madeRoom()}
 	if lost.lost {
 		res.Runs = []string{lost.runID}

@@ -61,7 +61,7 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost los
 		lost.regranted = err == nil && run != ""
 		return lost, err
 	}
-	var n, others int
+	var n int
 	// An expiry or a restart counts against the node that lost the lease (health.sql); a removal
 	// takes the node out of the fleet, and there is nothing left to count against. Nothing on a
 	// hold counts: a person's use of a board says nothing of its health.
@@ -71,8 +71,8 @@ func (s *Store) loseLease(ctx context.Context, tx pgx.Tx, l lostLease) (lost los
 		"only_expired": l.OnlyExpired, "boot_not": l.BootNot,
 		"blame": blame, "lease_ttl": s.set.LeaseTTL.Seconds(), "quarantine_after": s.set.quarantineAfter(),
 		"health_message": "the node lost run " + lost.runID + " (" + l.Reason + ")",
-	}).Scan(&n, &others, &lost.healthChanged)
-	lost.lost, lost.released = n == 1, n+others
+	}).Scan(&n, &lost.mates, &lost.healthChanged)
+	lost.lost, lost.released = n == 1, n+len(lost.mates)
 	if err != nil || !lost.lost || l.Reason == wire.ReasonNodeRemoved {
 		return lost, err
 	}
@@ -92,6 +92,8 @@ type lostRun struct {
 	runID    string
 	lost     bool
 	released int
+	// mates are the run-mates' nodes whose leases went with the lost one.
+	mates []string
 	// regranted: the lease was a hold's, granted again under the node's new boot.
 	regranted bool
 	// healthChanged: the loss moved the node's health (health.sql), whose events its caller

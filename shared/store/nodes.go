@@ -26,6 +26,9 @@ type HeartbeatResult struct {
 	CapacityAppeared bool
 	// Released is how many leases the restart released (the lost node's and its run-mates').
 	Released int
+	// RunMates are the run-mates' nodes whose leases the restart released: the caller tells
+	// them to look now.
+	RunMates []string
 	// Runs are the runs that lost the node to its restart (their events are the caller's to
 	// publish).
 	Runs []string
@@ -133,7 +136,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, arg
 			return HeartbeatResult{}, err
 		}
 		released, own := 0, 0
-		var runs []string
+		var runs, mates []string
 		moved := false
 		for _, l := range stale {
 			lost, err := s.loseLease(ctx, tx, lostLease{leaseRef: l, Reason: wire.ReasonNodeRestarted, BootNot: p.BootID, NewBoot: p.BootID})
@@ -142,6 +145,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, arg
 			}
 			moved = moved || lost.healthChanged
 			released += lost.released
+			mates = append(mates, lost.mates...)
 			if lost.lost {
 				own++
 				runs = append(runs, lost.runID)
@@ -156,7 +160,7 @@ func (s *Store) heartbeatAfterRestart(ctx context.Context, p wire.Heartbeat, arg
 			// promotion reading the old advert could do that. Let the caller retry.
 			return HeartbeatResult{}, ErrRetry
 		}
-		res.Released, res.Runs = released, runs
+		res.Released, res.Runs, res.RunMates = released, runs, mates
 		if moved {
 			res.HealthChanged = []string{p.NodeID}
 		}

@@ -47,8 +47,8 @@ type ReapSummary struct {
 	// publishes their events right after the sweep (not part of the summary's JSON).
 	HealthChanged []string `json:"-"`
 	// Hinted are the nodes whose work the sweep changed: their leases released by a run's or
-	// a hold's end (a timeout, a cancel's grace, a hold's time), or a run placed on them by its
-	// wake. The reap function tells them to look now (not part of the summary's JSON).
+	// a hold's end (a timeout, a cancel's grace, a hold's time) or with a run-mate's expired
+	// one, or a run placed on them by its wake. The reap function tells them to look now (not part of the summary's JSON).
 	Hinted []string `json:"-"`
 }
 
@@ -301,6 +301,7 @@ func (s *Store) reapExpiredLeases(ctx context.Context, sum *ReapSummary) (bool, 
 				sum.HealthChanged = append(sum.HealthChanged, l.NodeID)
 			}
 			freed += o.released
+			sum.Hinted = append(sum.Hinted, o.mates...)
 			progress = progress || o.released > 0
 		}
 		if len(due) < reapBatch || !progress {

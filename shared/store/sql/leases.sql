@@ -27,8 +27,9 @@ SELECT 1 FROM nodes WHERE node_id = $1 FOR NO KEY UPDATE SKIP LOCKED
 -- expired for the reaper, still under another boot for a restart), and its run either returns
 -- to the queue — same place, next attempt, holding nothing — or ends: FAILED with the reason,
 -- or CANCELLED if a cancel was under way. Either way its other leases are released with it.
--- It answers the lost lease (0 or 1), the others released, and whether the loss moved the
--- node's health (an event its caller publishes).
+-- It answers the lost lease (0 or 1), the nodes of the others released (the run-mates, whose
+-- agents the caller tells to look now), and whether the loss moved the node's health (an
+-- event its caller publishes).
 /* lose a lease */
 WITH lost AS (
     DELETE FROM leases WHERE node_id = @node_id::text AND epoch = @epoch::bigint
@@ -96,5 +97,5 @@ WITH lost AS (
 ), health_changes AS ({{health_counted}}
 ), history AS ({{health_history}}
 )
-SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM others),
+SELECT (SELECT count(*) FROM lost), (SELECT coalesce(array_agg(node_id), '{}') FROM others),
        EXISTS (SELECT 1 FROM health_changes c WHERE c.from_health <> c.to_health)

@@ -74,5 +74,5 @@ RETURNING n.node_id, blamed.health AS from_health, n.health AS to_health, n.heal
 SELECT c.node_id, 'health', c.from_health, c.to_health, c.health_reason, c.by FROM health_changes c
 WHERE c.from_health <> c.to_health
 )
-SELECT (SELECT count(*) FROM lost), (SELECT count(*) FROM others),
+SELECT (SELECT count(*) FROM lost), (SELECT coalesce(array_agg(node_id), '{}') FROM others),
        EXISTS (SELECT 1 FROM health_changes c WHERE c.from_health <> c.to_health)
