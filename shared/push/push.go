@@ -34,6 +34,11 @@ import (
 // most this, and the nodes it did not reach look at their next heartbeat, as without push.
 const Budget = 200 * time.Millisecond
 
+// MaxInFlight bounds the hints being published at once. A handler's are a few; a reaper's
+// sweep after a lab lost its power can be thousands, which go out in waves within the same
+// Budget rather than as thousands of connections at once.
+const MaxInFlight = 64
+
 // Payload is every hint: it says nothing but "look now".
 var Payload = []byte(`{"look":"now"}`)
 
@@ -70,8 +75,9 @@ func New(endpoint, region string, creds aws.CredentialsProvider, log *slog.Logge
 	return &Hinter{endpoint: u, region: region, creds: creds, http: &http.Client{}, signer: v4.NewSigner(), log: log}, nil
 }
 
-// Hint tells each node to look now, at once and all together, within ctx and Budget. It never
-// fails: what it could not send it logs, and the node finds its work at its next heartbeat.
+// Hint tells each node to look now, MaxInFlight at a time, within ctx and Budget. It never
+// fails: what it could not send it logs in one line (how many, the first node and its error),
+// and those nodes find their work at their next heartbeat.
 func (h *Hinter) Hint(ctx context.Context, nodeIDs ...string) {
 	if h == nil || len(nodeIDs) == 0 {
 		return
@@ -79,19 +85,43 @@ func (h *Hinter) Hint(ctx context.Context, nodeIDs ...string) {
 	ctx, cancel := context.WithTimeout(ctx, Budget)
 	defer cancel()
 	seen := make(map[string]bool, len(nodeIDs))
-	var wg sync.WaitGroup
+	slots := make(chan struct{}, MaxInFlight)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		unsent    int
+		firstNode string
+		firstErr  error
+	)
+	fail := func(id string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if unsent++; firstErr == nil {
+			firstNode, firstErr = id, err
+		}
+	}
 	for _, id := range nodeIDs {
 		if id == "" || seen[id] {
 			continue
 		}
 		seen[id] = true
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			fail(id, context.Cause(ctx))
+			continue
+		}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			if err := h.publish(ctx, Topic(id)); err != nil {
-				h.log.Warn("hint not sent: the node looks at its next heartbeat", "node_id", id, "error", err.Error())
+				fail(id, err)
 			}
 		})
 	}
 	wg.Wait()
+	if unsent > 0 {
+		h.log.Warn("hints not sent: those nodes look at their next heartbeat", "nodes", unsent, "node_id", firstNode, "error", firstErr.Error())
+	}
 }
 
 func (h *Hinter) publish(ctx context.Context, topic string) error {
