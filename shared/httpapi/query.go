@@ -98,13 +98,7 @@ func listRuns(c *call) (reply, error) {
 		}
 		p.Priority = &n
 	}
-	if raw, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > wire.MaxPageSize {
-			errs = append(errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", wire.MaxPageSize)})
-		}
-		p.Limit = n
-	}
+	p.Limit = c.pageLimit(p.Limit, wire.MaxPageSize, &errs)
 	if raw := q["after"]; raw != "" {
 		cur, ok := decodeCursor(raw)
 		if !ok {
@@ -131,6 +125,20 @@ func listRuns(c *call) (reply, error) {
 		nextCursor = &s
 	}
 	return reply{http.StatusOK, map[string]any{"runs": runs, "next": nextCursor}}, nil
+}
+
+// pageLimit reads a list's limit query parameter: dflt when it is absent, a whole number from 1
+// to most when given, else a field error in errs.
+func (c *call) pageLimit(dflt, most int, errs *[]problem.FieldError) int {
+	raw, ok := c.query["limit"]
+	if !ok {
+		return dflt
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > most {
+		*errs = append(*errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", most)})
+	}
+	return n
 }
 
 // Cursors are opaque to clients: base64url of "<created_at micros>/<name>" (a client's) or
@@ -194,15 +202,8 @@ func listNodes(c *call) (reply, error) {
 	if err := c.allow(auth.Admin); err != nil {
 		return reply{}, err
 	}
-	p := store.ListNodesParams{Limit: wire.MaxNodePageSize}
 	var errs []problem.FieldError
-	if raw, ok := c.query["limit"]; ok {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > wire.MaxNodePageSize {
-			errs = append(errs, problem.FieldError{Path: "limit", Message: fmt.Sprintf("must be a whole number from 1 to %d", wire.MaxNodePageSize)})
-		}
-		p.Limit = n
-	}
+	p := store.ListNodesParams{Limit: c.pageLimit(wire.MaxNodePageSize, wire.MaxNodePageSize, &errs)}
 	if raw := c.query["after"]; raw != "" {
 		id, err := base64.RawURLEncoding.DecodeString(raw)
 		if err != nil || !wire.IDPattern.Match(id) {
