@@ -612,6 +612,26 @@ func TestBorrowTimeoutEndsBeforeTheRequest(t *testing.T) {
 	}
 }
 
+// The proxy's share of max_connections is the operator's to lower (more transactions at once
+// than the writer has cores for only lengthen the tail), and never leaves an operator's session
+// without a slot.
+func TestTheProxysShareOfConnectionsIsAParameterBelowTheWhole(t *testing.T) {
+	t.Parallel()
+	tmpl := loadTemplate(t)
+	for _, id := range resourcesOfType(tmpl, "AWS::RDS::DBProxyTargetGroup") {
+		v := path(get(tmpl, "Resources"), id, "Properties", "ConnectionPoolConfigurationInfo", "MaxConnectionsPercent")
+		if name, ok := refTarget(v); !ok || name != "ProxyMaxConnectionsPercent" {
+			t.Errorf("%s: MaxConnectionsPercent is not the ProxyMaxConnectionsPercent parameter", id)
+		}
+	}
+	p := path(tmpl, "Parameters", "ProxyMaxConnectionsPercent")
+	for key, want := range map[string]string{"Default": "90", "MinValue": "1", "MaxValue": "90"} {
+		if v := get(p, key); v == nil || v.Value != want {
+			t.Errorf("ProxyMaxConnectionsPercent %s: %v, want %s", key, v, want)
+		}
+	}
+}
+
 // Where the VPC is chosen, its description says what the Secrets Manager endpoint needs of it.
 func TestTheVpcParameterSaysWhatDNSItNeeds(t *testing.T) {
 	t.Parallel()

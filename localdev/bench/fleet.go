@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -169,7 +168,7 @@ func (b *bench) fleetReport(c *cadenced, w fleetWindow, waits *samples, runs int
 		meanWait = w.pool.Wait / time.Duration(w.pool.Waited)
 	}
 	f("pool_acquires_waited_share", waitedShare)
-	b.add(row{measure: fmt.Sprintf("  · the server's pool (DB_MAX_CONNS %s, one connection per Lambda environment it stands for): acquires that found every connection taken", os.Getenv("DB_MAX_CONNS")),
+	b.add(row{measure: fmt.Sprintf("  · the server's pool (DB_MAX_CONNS %d, -fleet-conns, by default two per core: the connections RDS Proxy gives the database, which it stands for): acquires that found every connection taken", *fleetC),
 		value: fmt.Sprintf("%.1f %% of %d, %s waited on average by those", 100*waitedShare, w.pool.Acquires, meanWait.Round(10*time.Microsecond))})
 	for _, r := range w.pg.rows() {
 		b.add(r)

@@ -101,7 +101,15 @@ func (h *httpAPI) pool(ctx context.Context) (poolStat, error) {
 const fleetDatabaseEnv = "BENCH_FLEET_DATABASE_URL"
 
 // startFleetServer starts the server process with the environment of this one but for the
-// lease length (which sets the cadence the nodes are told), and calls it over HTTP.
+// lease length (which sets the cadence the nodes are told) and the pool, and calls it over HTTP.
+//
+// The pool stands for RDS Proxy's connections to the database, not for the Lambda environments
+// in front of the proxy: a handler waits for one here as an environment waits at the proxy for
+// a database connection (ConnectionBorrowTimeout). By default two per core of the machine
+// PostgreSQL runs on (-fleet-conns): transactions at once beyond that find no core to run on,
+// and while the scheduler has preempted the backend flushing the WAL, every commit behind the
+// flush waits with the connection it holds — and every handler behind those, for a connection:
+// a tail of tens of milliseconds made of waiting, not of work (README, Performance).
 func (b *bench) startFleetServer(ctx context.Context, ttl time.Duration) (*httpAPI, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -112,7 +120,8 @@ func (b *bench) startFleetServer(ctx context.Context, ttl time.Duration) (*httpA
 		args = append(args, "-fleet-trace", *fleetTrace)
 	}
 	cmd := exec.CommandContext(ctx, self, args...)
-	cmd.Env = append(os.Environ(), "LEASE_TTL_SECONDS="+strconv.Itoa(int(ttl.Seconds())), fleetDatabaseEnv+"="+b.stack.Config.Database.URL)
+	cmd.Env = append(os.Environ(), "LEASE_TTL_SECONDS="+strconv.Itoa(int(ttl.Seconds())), fleetDatabaseEnv+"="+b.stack.Config.Database.URL,
+		"DB_MAX_CONNS="+strconv.Itoa(*fleetC))
 	cmd.Stderr = os.Stderr // GODEBUG=gctrace=1 on the bench shows the server's collections here
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -39,6 +39,7 @@ var (
 	fleet   = flag.Bool("fleet", false, "instead of the sections, a fleet of -fleet-nodes heartbeating at the advertised cadence while runs flow (make bench-fleet)")
 	fleetN  = flag.Int("fleet-nodes", 10000, "how many nodes -fleet simulates")
 	fleetW  = flag.Duration("fleet-window", 60*time.Second, "how long -fleet measures, after one heartbeat cycle of ramp")
+	fleetC  = flag.Int("fleet-conns", 2*runtime.NumCPU(), "with -fleet, the server process's connections to PostgreSQL: RDS Proxy's to the database, which it stands for (startFleetServer)")
 	// The fleet's handlers run in a process of their own (fleetserver.go): this flag makes
 	// the bench that process. Not for use by hand.
 	fleetServer = flag.Bool("fleet-server", false, "serve the fleet's handlers over HTTP (the process -fleet starts)")
